@@ -1,0 +1,35 @@
+"""Pipeline-choice and handoff policies shared by the PDD router and the simulator."""
+
+from sglang_pdd.policy.handoff import (
+    HANDOFF_MODES,
+    HandoffPlan,
+    HandoffPolicy,
+    HandoffPolicyConfig,
+)
+from sglang_pdd.policy.pipeline import (
+    PIPELINE_P_MD,
+    PIPELINE_P_RLD,
+    PIPELINE_P_RLD_MD,
+    PIPELINES,
+    LinkEstimate,
+    PipelineDecision,
+    PipelinePolicy,
+    PipelinePolicyConfig,
+    RequestFacts,
+)
+
+__all__ = [
+    "HANDOFF_MODES",
+    "PIPELINES",
+    "PIPELINE_P_MD",
+    "PIPELINE_P_RLD",
+    "PIPELINE_P_RLD_MD",
+    "HandoffPlan",
+    "HandoffPolicy",
+    "HandoffPolicyConfig",
+    "LinkEstimate",
+    "PipelineDecision",
+    "PipelinePolicy",
+    "PipelinePolicyConfig",
+    "RequestFacts",
+]

@@ -1,0 +1,160 @@
+"""Per-request pipeline choice: P-MD, P-RLD-MD, or (anomalous traffic only) P-RLD.
+
+This module is shared by the router (live decisions) and the simulator (replayed decisions), so
+both use exactly the same rule. It is pure Python and imports nothing from SGLang.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+PIPELINE_P_MD = "P-MD"
+PIPELINE_P_RLD_MD = "P-RLD-MD"
+PIPELINE_P_RLD = "P-RLD"
+PIPELINES = (PIPELINE_P_MD, PIPELINE_P_RLD_MD, PIPELINE_P_RLD)
+
+
+def _check_non_negative_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+
+
+def _check_finite(name: str, value: object, *, positive: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if positive and value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    if not positive and value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class PipelinePolicyConfig:
+    """How the router picks a pipeline for each request.
+
+    relay_threshold_s: a request whose KV is estimated to reach MD later than this goes through
+        RLD (P-RLD-MD) so that tokens stream while the WAN transfer runs; otherwise P-MD.
+    enable_relay: False turns PDD into plain cross-datacenter PD (every request P-MD).
+    enable_anomaly_filter: block the WAN transfer of long-input / short-output requests whose
+        transfer would be slow and let RLD finish them (P-RLD).
+    anomaly_min_input_tokens, anomaly_max_output_tokens: what "long input" and "short output"
+        mean for the filter.
+    """
+
+    relay_threshold_s: float = 1.0
+    enable_relay: bool = True
+    enable_anomaly_filter: bool = True
+    anomaly_min_input_tokens: int = 32768
+    anomaly_max_output_tokens: int = 32
+
+    def __post_init__(self) -> None:
+        _check_finite("relay_threshold_s", self.relay_threshold_s, positive=False)
+        for flag in ("enable_relay", "enable_anomaly_filter"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
+        _check_non_negative_int("anomaly_min_input_tokens", self.anomaly_min_input_tokens)
+        if self.anomaly_min_input_tokens < 1:
+            raise ValueError(
+                f"anomaly_min_input_tokens must be >= 1, got {self.anomaly_min_input_tokens!r}"
+            )
+        _check_non_negative_int("anomaly_max_output_tokens", self.anomaly_max_output_tokens)
+
+
+@dataclass(frozen=True)
+class RequestFacts:
+    """What the router knows about a request when its prefill is scheduled.
+
+    main_cached_tokens: prompt tokens MD's decode-side radix cache already holds (may exceed
+        input_tokens when a full cached block covers a partial last block; it is capped).
+    max_output_tokens: the request's output budget (max_tokens), the router's only view of its
+        output length.
+    """
+
+    input_tokens: int
+    main_cached_tokens: int
+    max_output_tokens: int
+    kv_bytes_per_token: int
+
+    def __post_init__(self) -> None:
+        for name in ("input_tokens", "main_cached_tokens", "max_output_tokens"):
+            _check_non_negative_int(name, getattr(self, name))
+        _check_non_negative_int("kv_bytes_per_token", self.kv_bytes_per_token)
+
+    @property
+    def uncached_tokens(self) -> int:
+        """Prompt tokens MD lacks, which must cross the WAN."""
+        return max(0, self.input_tokens - self.main_cached_tokens)
+
+
+@dataclass(frozen=True)
+class LinkEstimate:
+    """The router's current view of the P->MD WAN path.
+
+    bandwidth_bytes_per_s: throughput one more transfer can expect (e.g. fair share).
+    backlog_bytes: bytes queued ahead of this transfer that it cannot overtake.
+    """
+
+    bandwidth_bytes_per_s: float
+    rtt_s: float
+    backlog_bytes: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_finite("bandwidth_bytes_per_s", self.bandwidth_bytes_per_s, positive=True)
+        _check_finite("rtt_s", self.rtt_s, positive=False)
+        _check_finite("backlog_bytes", self.backlog_bytes, positive=False)
+
+    def transfer_time_s(self, nbytes: float) -> float:
+        """Estimated seconds until nbytes sent now are fully received."""
+        return self.rtt_s + (self.backlog_bytes + nbytes) / self.bandwidth_bytes_per_s
+
+
+@dataclass(frozen=True)
+class PipelineDecision:
+    """The chosen pipeline, why, the bytes it puts on the WAN and when MD should have the KV."""
+
+    pipeline: str
+    reason: str
+    wan_bytes: int
+    est_main_ready_s: float
+
+
+class PipelinePolicy:
+    """Chooses P-MD or P-RLD-MD per request (and P-RLD for filtered anomalous traffic).
+
+    P-RLD is never chosen for ordinary low-hit requests: finishing them locally would let MD's
+    decode-side cache fall behind P's, making more requests look low-hit and overloading RLD.
+    """
+
+    def __init__(self, config: PipelinePolicyConfig | None = None) -> None:
+        self.config = config or PipelinePolicyConfig()
+
+    def decide(self, facts: RequestFacts, link: LinkEstimate) -> PipelineDecision:
+        """Pick the pipeline for one request given its cache facts and the link's state."""
+        cfg = self.config
+        wan_bytes = facts.uncached_tokens * facts.kv_bytes_per_token
+        est = link.transfer_time_s(wan_bytes)
+        slow = est > cfg.relay_threshold_s
+        if (
+            cfg.enable_relay
+            and cfg.enable_anomaly_filter
+            and slow
+            and facts.input_tokens >= cfg.anomaly_min_input_tokens
+            and facts.max_output_tokens <= cfg.anomaly_max_output_tokens
+        ):
+            return PipelineDecision(
+                PIPELINE_P_RLD,
+                f"anomalous: input {facts.input_tokens} >= {cfg.anomaly_min_input_tokens}, "
+                f"output <= {cfg.anomaly_max_output_tokens}, transfer {est:.2f}s; RLD finishes",
+                0,
+                math.inf,
+            )
+        if cfg.enable_relay and slow:
+            return PipelineDecision(
+                PIPELINE_P_RLD_MD,
+                f"transfer {est:.2f}s > {cfg.relay_threshold_s}s: RLD masks it",
+                wan_bytes,
+                est,
+            )
+        why = "relay disabled" if not cfg.enable_relay else f"transfer {est:.2f}s fast enough"
+        return PipelineDecision(PIPELINE_P_MD, why, wan_bytes, est)

@@ -1,0 +1,85 @@
+"""Pipeline choice: thresholds, relay switch, anomalous-traffic filter, validation."""
+
+import math
+
+import pytest
+
+from sglang_pdd.policy import (
+    LinkEstimate,
+    PipelinePolicy,
+    PipelinePolicyConfig,
+    RequestFacts,
+)
+
+KV = 50_000
+LINK = LinkEstimate(bandwidth_bytes_per_s=1e9, rtt_s=0.02)
+
+
+def facts(inp, cached, out=256):
+    return RequestFacts(inp, cached, out, KV)
+
+
+def test_high_hit_goes_straight_to_md():
+    d = PipelinePolicy().decide(facts(64_000, 60_000), LINK)
+    assert d.pipeline == "P-MD"
+    assert d.wan_bytes == 4_000 * KV
+    assert d.est_main_ready_s == pytest.approx(0.02 + 4_000 * KV / 1e9)
+
+
+def test_low_hit_goes_through_relay():
+    d = PipelinePolicy().decide(facts(64_000, 0), LINK)
+    assert d.pipeline == "P-RLD-MD"
+    assert d.wan_bytes == 64_000 * KV
+    assert d.est_main_ready_s > 1.0
+
+
+def test_backlog_counts_toward_estimate():
+    busy = LinkEstimate(1e9, 0.02, backlog_bytes=2e9)
+    assert PipelinePolicy().decide(facts(64_000, 60_000), busy).pipeline == "P-RLD-MD"
+
+
+def test_relay_disabled_is_plain_cross_dc_pd():
+    policy = PipelinePolicy(PipelinePolicyConfig(enable_relay=False))
+    assert policy.decide(facts(64_000, 0, out=4), LINK).pipeline == "P-MD"
+
+
+def test_anomalous_long_input_short_output_finishes_on_relay():
+    d = PipelinePolicy().decide(facts(64_000, 0, out=8), LINK)
+    assert d.pipeline == "P-RLD"
+    assert d.wan_bytes == 0
+    assert math.isinf(d.est_main_ready_s)
+
+
+def test_anomaly_filter_leaves_fast_transfers_alone():
+    assert PipelinePolicy().decide(facts(64_000, 63_900, out=8), LINK).pipeline == "P-MD"
+
+
+def test_anomaly_filter_can_be_disabled():
+    policy = PipelinePolicy(PipelinePolicyConfig(enable_anomaly_filter=False))
+    assert policy.decide(facts(64_000, 0, out=8), LINK).pipeline == "P-RLD-MD"
+
+
+def test_cached_beyond_input_is_capped():
+    assert facts(1000, 1024).uncached_tokens == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, flag",
+    [
+        ({"relay_threshold_s": -1.0}, "relay_threshold_s"),
+        ({"relay_threshold_s": float("nan")}, "relay_threshold_s"),
+        ({"enable_relay": "yes"}, "enable_relay"),
+        ({"anomaly_min_input_tokens": 0}, "anomaly_min_input_tokens"),
+        ({"anomaly_max_output_tokens": -3}, "anomaly_max_output_tokens"),
+    ],
+)
+def test_config_rejects_bad_values_naming_the_field(kwargs, flag):
+    with pytest.raises(ValueError, match=flag):
+        PipelinePolicyConfig(**kwargs)
+
+
+def test_link_and_facts_validate():
+    with pytest.raises(ValueError, match="bandwidth_bytes_per_s"):
+        LinkEstimate(0.0, 0.01)
+    with pytest.raises(ValueError, match="input_tokens"):
+        RequestFacts(-1, 0, 1, KV)
