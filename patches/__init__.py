@@ -1,0 +1,39 @@
+"""The record of every hook sglang-pdd puts into SGLang: one module per patched target.
+
+Each module defines ``RECORD`` (a ``PatchRecord``: target, hook type, why, how, and when the hook
+can be removed), ``hook`` (the callable HookRegistry installs) and ``applies()`` (whether this
+process needs it). Upgrading SGLang is a walk down ``PATCH_MODULES``: for each, check the target
+still exists with the same shape and whether its removal condition now holds.
+``sglang-pdd hooks`` prints this record.
+
+Installed as ``sglang_pdd.patches`` (setup.py maps this folder there).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+
+PATCH_MODULES: tuple[str, ...] = (
+    "cpu_host_register",
+    "cpu_host_unregister",
+    "cpu_mooncake_sender_indices",
+    "scheduler_marker",
+)
+
+
+@dataclass(frozen=True)
+class PatchRecord:
+    """What one hook patches and why; the upgrade checklist entry for it."""
+
+    target: str  # dotted path HookRegistry resolves
+    hook_type: str  # "before" | "after" | "around" | "replace"
+    why: str
+    how: str
+    remove_when: str
+
+
+def load_patch_modules() -> list[ModuleType]:
+    """Import every patch module (each imports SGLang only inside its hook)."""
+    return [importlib.import_module(f"{__name__}.{name}") for name in PATCH_MODULES]

@@ -1,0 +1,1 @@
+"""Local testbed: tiny models, server launching and WAN emulation for CPU clusters."""

@@ -1,0 +1,208 @@
+"""Start SGLang servers as subprocesses, wait for health, capture logs, tear them down.
+
+Used by tests, examples and benchmarks. Every server gets its own free HTTP, NCCL and (for
+prefill servers) bootstrap port, so two clusters on one host never collide. Each server runs in
+its own process group, and ``ServerGroup`` kills every group it started on exit, on an exception
+(a failing test) and on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sglang_pdd.testbed.ports import free_port
+
+ROLES = ("colocated", "prefill", "decode")
+
+# Flags SGLang's CPU engine needs on a machine without a GPU (see docs/cpu.md).
+CPU_FLAGS = (
+    "--device", "cpu",
+    "--attention-backend", "torch_native",
+    "--sampling-backend", "pytorch",
+    "--disable-overlap-schedule",
+    "--disable-cuda-graph",
+    "--skip-server-warmup",
+)  # fmt: skip
+CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "MOONCAKE_PROTOCOL": "tcp"}
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """One SGLang server to launch.
+
+    ``role`` is ``colocated`` (a plain server), ``prefill`` or ``decode`` (SGLang's PD
+    disaggregation over Mooncake). ``extra_args`` are appended to the command line verbatim.
+    """
+
+    name: str
+    model_path: str
+    role: str = "colocated"
+    cpu: bool = True
+    max_total_tokens: int = 65536
+    chunked_prefill_size: int = 1024
+    dtype: str = "bfloat16"
+    extra_args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"role={self.role!r}: accepted values are {', '.join(ROLES)}")
+
+
+@dataclass
+class ServerProcess:
+    """A launched server: its URL, ports, log file and process."""
+
+    spec: ServerSpec
+    port: int
+    log_path: Path
+    proc: subprocess.Popen
+    bootstrap_port: int | None = None
+    host: str = "127.0.0.1"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Terminate the server's whole process group (SIGTERM, then SIGKILL)."""
+        if self.proc.poll() is not None:
+            return
+        _signal_group(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _signal_group(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=timeout)
+        # The scheduler and detokenizer share the group; make sure none outlives the server.
+        _signal_group(self.proc.pid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def build_command(spec: ServerSpec, port: int, nccl_port: int, bootstrap_port: int | None):
+    """The ``python -m sglang.launch_server`` command line for ``spec``."""
+    cmd = [
+        sys.executable, "-m", "sglang.launch_server",
+        "--model-path", spec.model_path,
+        "--host", "127.0.0.1", "--port", str(port), "--nccl-port", str(nccl_port),
+        "--dtype", spec.dtype,
+        "--max-total-tokens", str(spec.max_total_tokens),
+        "--chunked-prefill-size", str(spec.chunked_prefill_size),
+        "--log-level", "info",
+    ]  # fmt: skip
+    if spec.cpu:
+        cmd += CPU_FLAGS
+    if spec.role != "colocated":
+        cmd += [
+            "--disaggregation-mode", spec.role,
+            "--disaggregation-transfer-backend", "mooncake",
+        ]  # fmt: skip
+    if spec.role == "prefill":
+        cmd += ["--disaggregation-bootstrap-port", str(bootstrap_port)]
+    cmd += list(spec.extra_args)
+    return cmd
+
+
+@dataclass
+class ServerGroup:
+    """Servers launched together and torn down together (a context manager)."""
+
+    log_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="sglang-pdd-")))
+    servers: list[ServerProcess] = field(default_factory=list)
+
+    def launch(self, spec: ServerSpec) -> ServerProcess:
+        """Start ``spec`` without waiting for it to be ready."""
+        port, nccl_port = free_port(), free_port()
+        bootstrap_port = free_port() if spec.role == "prefill" else None
+        env = {**os.environ, **(CPU_ENV if spec.cpu else {}), **dict(spec.env)}
+        env.setdefault("SGLANG_PDD_INSTANCE", spec.name)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"{spec.name}.log"
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                build_command(spec, port, nccl_port, bootstrap_port),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        server = ServerProcess(spec, port, log_path, proc, bootstrap_port)
+        self.servers.append(server)
+        return server
+
+    def wait_ready(self, server: ServerProcess, timeout: float = 300.0) -> None:
+        """Block until ``server`` answers ``/health``; raise with its log tail if it dies."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not server.alive():
+                raise RuntimeError(
+                    f"server {server.spec.name} exited with {server.proc.returncode}; log tail:\n"
+                    + server.log_text()[-4000:]
+                )
+            try:
+                with urllib.request.urlopen(server.url + "/health", timeout=5) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(
+            f"server {server.spec.name} not healthy after {timeout:.0f}s; log tail:\n"
+            + server.log_text()[-4000:]
+        )
+
+    def start(self, *specs: ServerSpec, timeout: float = 300.0) -> list[ServerProcess]:
+        """Launch all ``specs`` at once (they start in parallel) and wait for every one."""
+        launched = [self.launch(spec) for spec in specs]
+        for server in launched:
+            self.wait_ready(server, timeout)
+        return launched
+
+    def stop(self) -> None:
+        """Stop every server, in reverse order of launch."""
+        for server in reversed(self.servers):
+            server.stop()
+
+    def __enter__(self) -> ServerGroup:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def post_json(url: str, body: dict, timeout: float = 300.0) -> tuple[int, dict]:
+    """POST ``body`` as JSON; return (status, parsed JSON body), also for 4xx/5xx answers."""
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as err:
+        payload = err.read()
+        try:
+            return err.code, json.loads(payload or b"{}")
+        except json.JSONDecodeError:
+            return err.code, {"raw": payload.decode(errors="replace")}
