@@ -19,7 +19,10 @@ PATCH_MODULES: tuple[str, ...] = (
     "cpu_host_register",
     "cpu_host_unregister",
     "cpu_mooncake_sender_indices",
-    "scheduler_marker",
+    "scheduler_init",
+    "server_args_cli",
+    "server_args_from_cli",
+    "kv_transfer_ledger",
 )
 
 

@@ -1,4 +1,4 @@
-"""Log, from inside each scheduler process, that sglang-pdd's hooks are in place there."""
+"""Give each scheduler process its PDD config, and log that sglang-pdd's hooks are in place."""
 
 from __future__ import annotations
 
@@ -9,17 +9,18 @@ from sglang_pdd.patches import PatchRecord
 
 RECORD = PatchRecord(
     target="sglang.srt.managers.scheduler.Scheduler.__init__",
-    hook_type="after",
+    hook_type="around",
     why=(
         "Operators and tests need proof that the plugin loaded in the spawned scheduler "
         "subprocess (SGLang only logs plugin failures, and the scheduler imports its modules "
         "before loading plugins)."
     ),
     how=(
-        "After the scheduler is built, log one line naming the pid and the hooks applied in this "
+        "Before the scheduler is built, install server_args._pdd as the process's config; "
+        "after, log one line naming the pid and the hooks applied in this "
         "process, and whether the sgl_kernel stand-in is active."
     ),
-    remove_when="Never needed by SGLang itself; remove if the startup line is not wanted.",
+    remove_when="SGLang passes plugin configuration to scheduler processes itself.",
 )
 
 MARKER = "sglang-pdd: scheduler hooks active"
@@ -30,15 +31,19 @@ def applies() -> bool:
     return True
 
 
-def hook(result, self, *args, **kwargs):
-    """Emit the marker line."""
+def hook(original, self, server_args, *args, **kwargs):
+    """Install the config, build the scheduler, emit the marker line."""
+    from sglang_pdd import config as pdd_config
     from sglang_pdd.cpu.activation import is_active
     from sglang_pdd.plugin import applied_targets
 
+    pdd_config.set_current(getattr(server_args, "_pdd", pdd_config.PddServerConfig()))
+    result = original(self, server_args, *args, **kwargs)
     logger.warning(
-        "%s pid=%d cpu_kernel_standin=%s targets=%s",
+        "%s pid=%d role=%s cpu_kernel_standin=%s targets=%s",
         MARKER,
         os.getpid(),
+        pdd_config.current().role,
         is_active(),
         ",".join(applied_targets()),
     )

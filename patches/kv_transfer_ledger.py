@@ -1,0 +1,34 @@
+"""Count the KV bytes each Mooncake transfer moves, and pace WAN-bound ones on the link."""
+
+from __future__ import annotations
+
+from sglang_pdd.patches import PatchRecord
+
+RECORD = PatchRecord(
+    target="sglang.srt.disaggregation.mooncake.conn.MooncakeKVManager._transfer_data",
+    hook_type="around",
+    why=(
+        "Every Mooncake write of KV, state and aux data goes through this one method; PDD needs "
+        "the bytes that really crossed to each receiver, and the emulated WAN must delay those "
+        "bound for Main-Decode's datacenter."
+    ),
+    how=(
+        "Sum the block lengths into the process's TransferLedger; when the destination host is "
+        "one of --pdd-wan-hosts, wait on the shared WanLink (serialization + one-way delay) "
+        "before the real transfer."
+    ),
+    remove_when="SGLang exposes per-destination transfer metrics and a link-shaping hook.",
+)
+
+
+def applies() -> bool:
+    return True
+
+
+def hook(original, self, mooncake_session_id, transfer_blocks, *args, **kwargs):
+    """Account, pace if WAN-bound, then transfer."""
+    from sglang_pdd.transfer.ledger import ledger
+
+    nbytes = sum(block[2] for block in transfer_blocks) if transfer_blocks else 0
+    ledger().before_transfer(mooncake_session_id, nbytes)
+    return original(self, mooncake_session_id, transfer_blocks, *args, **kwargs)

@@ -1,0 +1,55 @@
+"""Add the ``--pdd-*`` flags to ``python -m sglang.launch_server``."""
+
+from __future__ import annotations
+
+from sglang_pdd.patches import PatchRecord
+
+RECORD = PatchRecord(
+    target="sglang.srt.server_args.ServerArgs.add_cli_args",
+    hook_type="after",
+    why="SGLang has no registry for plugin CLI flags; PDD roles are chosen on launch_server.",
+    how="After SGLang adds its arguments, add an 'sglang-pdd' argument group to the parser.",
+    remove_when="SGLang offers plugin-declared server arguments.",
+)
+
+
+def applies() -> bool:
+    return True
+
+
+def hook(result, parser, *args, **kwargs):
+    """Add the sglang-pdd argument group (see docs/flags.md)."""
+    from sglang_pdd.config import ROLES
+
+    group = parser.add_argument_group("sglang-pdd (cross-datacenter PDD)")
+    group.add_argument(
+        "--pdd-role", default="none", choices=ROLES,
+        help="PDD role of this server: prefill (with --disaggregation-mode prefill), relay or "
+        "main (Relay-/Main-Decode, with --disaggregation-mode decode); none: plain SGLang.",
+    )  # fmt: skip
+    group.add_argument(
+        "--pdd-wan-hosts", default="",
+        help="Comma-separated IPs of KV receivers across the WAN (e.g. Main-Decode's "
+        "SGLANG_HOST_IP); KV sent to them crosses the emulated link set below.",
+    )  # fmt: skip
+    group.add_argument(
+        "--pdd-wan-bandwidth-mbps", type=float, default=None,
+        help="Emulated WAN bandwidth in Mbit/s for KV sent to --pdd-wan-hosts.",
+    )  # fmt: skip
+    group.add_argument(
+        "--pdd-wan-delay-ms", type=float, default=0.0,
+        help="Emulated one-way WAN delay in milliseconds.",
+    )  # fmt: skip
+    group.add_argument(
+        "--pdd-wan-jitter-ms", type=float, default=0.0,
+        help="Emulated WAN delay jitter (uniform, +/- this many ms).",
+    )  # fmt: skip
+    group.add_argument(
+        "--pdd-control-port", type=int, default=0,
+        help="Main-Decode: TCP port of the handoff control socket the router connects to.",
+    )  # fmt: skip
+    group.add_argument(
+        "--pdd-log-transfers", action="store_true",
+        help="Log every KV transfer call (destination and bytes) of this server.",
+    )  # fmt: skip
+    return result

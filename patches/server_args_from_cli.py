@@ -1,0 +1,53 @@
+"""Turn the parsed ``--pdd-*`` flags into a ``PddServerConfig`` on ``ServerArgs``."""
+
+from __future__ import annotations
+
+from sglang_pdd.patches import PatchRecord
+
+RECORD = PatchRecord(
+    target="sglang.srt.server_args.ServerArgs.from_cli_args",
+    hook_type="after",
+    why=(
+        "ServerArgs is a msgspec struct with a fixed field set; plugin flags must travel to the "
+        "scheduler subprocesses some other way."
+    ),
+    how=(
+        "Validate the flags into a frozen PddServerConfig and store it as server_args._pdd "
+        "(underscore attributes survive ServerArgs pickling); refuse contradictory flags with "
+        "a ValueError that names them."
+    ),
+    remove_when="SGLang offers plugin-declared server arguments.",
+)
+
+
+def applies() -> bool:
+    return True
+
+
+def hook(server_args, cls, args, *rest, **kwargs):
+    """Build and attach the config; raises ValueError on contradictory flags."""
+    from sglang_pdd.config import PddServerConfig
+    from sglang_pdd.transfer.wan_link import WanLinkConfig
+
+    if not hasattr(args, "pdd_role"):
+        return server_args  # a parser without our flags (e.g. SGLang's own tests)
+    wan = None
+    if args.pdd_wan_bandwidth_mbps is not None:
+        wan = WanLinkConfig(
+            bandwidth_mbps=args.pdd_wan_bandwidth_mbps,
+            one_way_delay_ms=args.pdd_wan_delay_ms,
+            jitter_ms=args.pdd_wan_jitter_ms,
+        )
+    config = PddServerConfig(
+        role=args.pdd_role,
+        wan_hosts=tuple(h.strip() for h in args.pdd_wan_hosts.split(",") if h.strip()),
+        wan=wan,
+        control_port=args.pdd_control_port,
+        log_transfers=args.pdd_log_transfers,
+    )
+    config.check_against(
+        getattr(args, "disaggregation_mode", "null"),
+        bool(getattr(args, "disaggregation_decode_enable_radix_cache", False)),
+    )
+    server_args._pdd = config
+    return server_args

@@ -1,0 +1,69 @@
+"""``PddServerConfig``: the sglang-pdd flags of one ``launch_server`` process.
+
+The flags are added to SGLang's own parser (``patches/server_args_cli.py``); the parsed values
+become this frozen dataclass, stored on ``ServerArgs`` as ``_pdd`` (underscore attributes ride
+along when SGLang pickles ``ServerArgs`` to its subprocesses). ``current()`` returns the config
+of the process it is called in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sglang_pdd.transfer.wan_link import WanLinkConfig
+
+ROLES = ("none", "prefill", "relay", "main")
+_MODE_FOR_ROLE = {"prefill": "prefill", "relay": "decode", "main": "decode"}
+
+
+@dataclass(frozen=True)
+class PddServerConfig:
+    """What this SGLang server is in a PDD cluster and how its WAN side behaves."""
+
+    role: str = "none"
+    # Hosts (IP addresses as they appear in Mooncake session ids) that are across the WAN.
+    wan_hosts: tuple[str, ...] = ()
+    wan: WanLinkConfig | None = None
+    # Main-Decode only: TCP port of the handoff control socket (ZeroMQ).
+    control_port: int = 0
+    log_transfers: bool = False
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"--pdd-role={self.role!r}: accepted values are {', '.join(ROLES)}")
+        if self.wan_hosts and self.wan is None:
+            raise ValueError("--pdd-wan-hosts needs --pdd-wan-bandwidth-mbps")
+        if self.role == "main" and not 0 < self.control_port < 65536:
+            raise ValueError("--pdd-role main needs --pdd-control-port in 1..65535")
+        if self.role != "main" and self.control_port:
+            raise ValueError("--pdd-control-port is only accepted with --pdd-role main")
+
+    def check_against(self, disaggregation_mode: str, decode_radix_cache: bool) -> None:
+        """Refuse combinations with SGLang's own flags that cannot work."""
+        if self.role == "none":
+            return
+        wanted = _MODE_FOR_ROLE[self.role]
+        if disaggregation_mode != wanted:
+            raise ValueError(
+                f"--pdd-role {self.role} needs --disaggregation-mode {wanted} "
+                f"(got --disaggregation-mode {disaggregation_mode})"
+            )
+        if self.role == "main" and not decode_radix_cache:
+            raise ValueError(
+                "--pdd-role main needs --disaggregation-decode-enable-radix-cache: Main-Decode "
+                "receives only the KV its decode-side radix cache lacks"
+            )
+
+
+_current = PddServerConfig()
+
+
+def current() -> PddServerConfig:
+    """The config of this process (the default, role ``none``, until a server sets one)."""
+    return _current
+
+
+def set_current(config: PddServerConfig) -> None:
+    """Install ``config`` as this process's config (done when the scheduler starts)."""
+    global _current
+    _current = config

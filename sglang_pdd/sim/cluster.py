@@ -1,0 +1,283 @@
+"""One cluster configuration (same-DC PD, cross-DC PD or PDD) replaying a workload.
+
+Request life:
+  arrival -> P-side prefix cache match -> least-loaded P instance (chunked prefill)
+  same-DC PD: full KV over the intra-DC path -> decoder
+  cross-DC PD: decode-side cache (DRC) match -> missing KV over the WAN -> MD
+  PDD: the shared PipelinePolicy picks P-MD, P-RLD-MD or (anomalous) P-RLD; in P-RLD-MD the
+       full KV goes to RLD over RDMA while the missing KV crosses the WAN; when it lands the
+       shared HandoffPolicy hands RLD's tokens to MD as IDs, and MD rebuilds their KV with an
+       extend pass (one-shot or catch-up chunks).
+Every transfer to MD, from either pipeline, feeds the DRC.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import simpy
+
+from sglang_pdd.cache import BlockPrefixCache
+from sglang_pdd.policy import (
+    PIPELINE_P_MD,
+    PIPELINE_P_RLD,
+    PIPELINE_P_RLD_MD,
+    HandoffPolicy,
+    PipelinePolicy,
+    RequestFacts,
+)
+from sglang_pdd.sim.chips import InstancePerf
+from sglang_pdd.sim.config import ClusterSpec, SimConfig
+from sglang_pdd.sim.instances import DecodeInstance, PrefillInstance
+from sglang_pdd.sim.link import FairShareLink
+from sglang_pdd.sim.workload import Request
+
+
+@dataclass
+class RequestRecord:
+    """What happened to one request (times in seconds from the start of the trace)."""
+
+    rid: int
+    arrival_s: float
+    input_tokens: int
+    output_tokens: int
+    pipeline: str = ""
+    prefill_hit_tokens: int = 0
+    decode_hit_tokens: int = 0
+    wan_bytes: int = 0
+    prefill_done_s: float = -1.0
+    first_token_s: float = -1.0
+    done_s: float = -1.0
+    relay_tokens: int = 0
+    main_tokens: int = 0
+    handoff_gap_s: float = 0.0
+    completions: int = 0
+    # Simulation-internal state, not reported.
+    handed: int = 0
+    relay_idx: int = -1
+    main_idx: int = -1
+    main_ready: bool = False
+    pins: list = field(default_factory=list)
+
+
+def _pick(pool: list, key) -> int:
+    best, best_i = None, 0
+    for i, inst in enumerate(pool):
+        k = key(inst)
+        if best is None or k < best:
+            best, best_i = k, i
+    return best_i
+
+
+class ClusterSim:
+    """Replays requests through one ClusterSpec; the policies are passed in, not built here.
+
+    pipeline_policy and handoff_policy are the very objects a router would use; by default they
+    are built from the spec's configs.
+    """
+
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        config: SimConfig,
+        pipeline_policy: PipelinePolicy | None = None,
+        handoff_policy: HandoffPolicy | None = None,
+    ) -> None:
+        self.spec, self.config = spec, config
+        self.env = simpy.Environment()
+        rng = random.Random(config.seed)
+        self.pipeline_policy = pipeline_policy or PipelinePolicy(spec.pipeline)
+        self.handoff_policy = handoff_policy or HandoffPolicy(spec.handoff)
+        self.model = config.model
+        self.kv = config.model.kv_bytes_per_token
+        self.block_tokens = config.block_tokens
+
+        def perf(pool):
+            return InstancePerf(config.chip(pool.chip), config.model, config.engine, pool.chips)
+
+        p_perf = perf(spec.prefill)
+        self.prefill = [
+            PrefillInstance(self.env, p_perf, f"P{i}") for i in range(spec.prefill.count)
+        ]
+        d_perf = perf(spec.decode)
+        self.decode = [DecodeInstance(self.env, d_perf, f"D{i}") for i in range(spec.decode.count)]
+        self.relay: list[DecodeInstance] = []
+        if spec.relay is not None and spec.relay.count > 0:
+            r_perf = perf(spec.relay)
+            self.relay = [
+                DecodeInstance(self.env, r_perf, f"R{i}") for i in range(spec.relay.count)
+            ]
+        # P-side prefix cache, pooled over P instances (HBM pool plus any host-memory tier).
+        p_tokens = spec.prefill.count * (
+            p_perf.kv_capacity_tokens
+            + int(spec.prefill.host_cache_gb * 1e9 * spec.prefill.chips / self.kv)
+        )
+        self.p_cache = BlockPrefixCache(p_tokens // self.block_tokens)
+        self.drc: BlockPrefixCache | None = None
+        if spec.cross_dc and spec.decode_cache:
+            d_tokens = spec.decode.count * (
+                d_perf.kv_capacity_tokens
+                + int(spec.decode.host_cache_gb * 1e9 * spec.decode.chips / self.kv)
+            )
+            self.drc = BlockPrefixCache(d_tokens // self.block_tokens)
+        self.wan = FairShareLink(self.env, spec.wan, rng) if spec.cross_dc else None
+        # The intra-DC fabric: every P instance's NICs together, one instance's NICs per flow.
+        intra = spec.intra_link(p_perf.rdma_bytes_per_s, spec.prefill.count)
+        self.intra = FairShareLink(self.env, intra, rng)
+        self.records: dict[int, RequestRecord] = {}
+        self.requests: dict[int, Request] = {}
+
+    # --- arrivals and prefill -----------------------------------------------------------
+    def run(self, requests: list[Request]) -> list[RequestRecord]:
+        """Simulate until every request has finished; returns records in arrival order."""
+        for req in requests:
+            self.requests[req.rid] = req
+            self.records[req.rid] = RequestRecord(
+                req.rid, req.arrival_s, req.input_tokens, req.output_tokens
+            )
+            self.env.timeout(req.arrival_s).callbacks.append(lambda _e, r=req: self._arrive(r))
+        self.env.run()
+        return [self.records[r.rid] for r in requests]
+
+    def _hit_tokens(self, blocks: int, req: Request) -> int:
+        return min(req.input_tokens, blocks * self.block_tokens)
+
+    def _arrive(self, req: Request) -> None:
+        rec = self.records[req.rid]
+        hit = self._hit_tokens(self.p_cache.match(req.hash_ids), req)
+        # A fully cached prompt still computes its last token (to produce logits).
+        hit = min(hit, req.input_tokens - 1)
+        rec.prefill_hit_tokens = hit
+        i = _pick(self.prefill, lambda p: p.queued_tokens)
+        self.prefill[i].submit(req.rid, req.input_tokens - hit, hit, self._prefill_done)
+
+    def _prefill_done(self, rid: int, now: float) -> None:
+        req, rec = self.requests[rid], self.records[rid]
+        rec.prefill_done_s = now
+        self.p_cache.insert(req.hash_ids)
+        if not self.spec.cross_dc:
+            rec.pipeline = "PD"
+            self._send_local(req, self._to_main_direct)
+            return
+        cached = 0
+        if self.drc is not None:
+            pin = self.drc.acquire(req.hash_ids)
+            rec.pins.append(pin)
+            cached = self._hit_tokens(pin.blocks, req)
+        rec.decode_hit_tokens = cached
+        facts = RequestFacts(req.input_tokens, cached, req.output_tokens, self.kv)
+        wan_bytes = facts.uncached_tokens * self.kv
+        decision = self.pipeline_policy.decide(facts, self.wan.estimate(wan_bytes))
+        rec.pipeline = decision.pipeline
+        if decision.pipeline == PIPELINE_P_RLD and self.relay:
+            self._send_local(req, self._to_relay)
+            return
+        rec.wan_bytes = decision.wan_bytes
+        self.wan.send(decision.wan_bytes, lambda t, r=req: self._main_kv_ready(r))
+        if decision.pipeline == PIPELINE_P_RLD_MD and self.relay:
+            self._send_local(req, self._to_relay)
+        else:
+            rec.pipeline = PIPELINE_P_MD
+
+    def _send_local(self, req: Request, then) -> None:
+        self.intra.send(req.input_tokens * self.kv, lambda t, r=req: then(r))
+
+    # --- decode -------------------------------------------------------------------------
+    def _first_token(self, rid: int, when: float) -> None:
+        rec = self.records[rid]
+        if rec.first_token_s < 0:
+            rec.first_token_s = when
+
+    def _to_main_direct(self, req: Request) -> None:
+        rec = self.records[req.rid]
+        rec.main_idx = _pick(self.decode, lambda d: d.load)
+        self.decode[rec.main_idx].add(
+            req.rid, req.output_tokens, req.input_tokens, self._first_token, self._main_done
+        )
+
+    def _to_relay(self, req: Request) -> None:
+        rec = self.records[req.rid]
+        if rec.completions or rec.main_idx >= 0:
+            return  # MD already took the request before RLD had it
+        rec.relay_idx = _pick(self.relay, lambda d: d.load)
+        self.relay[rec.relay_idx].add(
+            req.rid, req.output_tokens, req.input_tokens, self._first_token, self._relay_done
+        )
+        if rec.main_ready:
+            self._handoff(req.rid)
+
+    def _main_kv_ready(self, req: Request) -> None:
+        rec = self.records[req.rid]
+        if self.drc is not None:
+            self.drc.insert(req.hash_ids)
+            if not rec.completions:
+                rec.pins.append(self.drc.acquire(req.hash_ids))
+        if rec.completions:
+            return  # RLD already finished it; the transfer only warmed MD's cache
+        rec.main_ready = True
+        if rec.pipeline == PIPELINE_P_MD:
+            self._to_main_direct(req)
+        elif rec.relay_idx >= 0:
+            self._handoff(req.rid)
+        # else: RLD's copy is still on the intra-DC path; _to_relay hands off on arrival.
+
+    def _handoff(self, rid: int) -> None:
+        rec, req = self.records[rid], self.requests[rid]
+        relay = self.relay[rec.relay_idx]
+        if rec.completions or not relay.has(rid):
+            return  # finished on RLD, or still waiting for an RLD slot (handled on admission)
+        made = relay.tokens_so_far(rid)
+        plan = self.handoff_policy.plan(made - rec.handed, relay.load)
+        if rec.main_idx < 0:
+            rec.main_idx = _pick(self.decode, lambda d: d.load)
+        main = self.decode[rec.main_idx]
+        one_way = self.spec.wan.rtt_s / 2
+        if plan.relay_continues:
+            rec.handed += plan.tokens_now
+            ctx = req.input_tokens + rec.handed
+
+            def chunk_arrives(chunk=plan.tokens_now, ctx=ctx):
+                if rec.completions:
+                    return
+                busy = main.add_extend_work(chunk, ctx)
+                self.env.timeout(busy).callbacks.append(lambda _e: self._handoff(rid))
+
+            self.env.timeout(one_way).callbacks.append(lambda _e: chunk_arrives())
+            return
+        made = relay.stop(rid)
+        rec.relay_tokens = made
+        remaining = req.output_tokens - made
+        stopped = self.env.now
+        if remaining <= 0:
+            self._finish(rid, stopped)
+            return
+        final_chunk = made - rec.handed
+        rec.handed = made
+
+        def ids_arrive():
+            def started(r, when):
+                rec.handoff_gap_s = max(rec.handoff_gap_s, when - stopped)
+                self._first_token(r, when)
+
+            main.add(rid, remaining, req.input_tokens + made, started, self._main_done, final_chunk)
+
+        self.env.timeout(one_way).callbacks.append(lambda _e: ids_arrive())
+
+    def _relay_done(self, rid: int, now: float) -> None:
+        rec = self.records[rid]
+        rec.relay_tokens = rec.output_tokens
+        self._finish(rid, now)
+
+    def _main_done(self, rid: int, now: float) -> None:
+        rec = self.records[rid]
+        rec.main_tokens = rec.output_tokens - rec.relay_tokens
+        self._finish(rid, now)
+
+    def _finish(self, rid: int, now: float) -> None:
+        rec = self.records[rid]
+        rec.completions += 1
+        rec.done_s = now
+        for pin in rec.pins:
+            self.drc.release(pin)
+        rec.pins.clear()

@@ -1,0 +1,144 @@
+"""Network paths with fair sharing: the cross-datacenter WAN and the intra-datacenter RDMA path.
+
+A path is a fluid processor-sharing server: n concurrent transfers each get
+min(per-flow cap, bandwidth / n), as TCP's fairness (or an RDMA fabric's) settles to. Every
+transfer also pays a start-up latency of one RTT plus a random jitter.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import simpy
+
+from sglang_pdd.policy import LinkEstimate
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    """A network path.
+
+    bandwidth_gbps: capacity in gigabits per second.
+    rtt_s: round-trip time; each transfer waits one RTT before data flows (handshake).
+    jitter_s: mean of an exponential extra delay per transfer (queueing, retransmits).
+    max_flow_gbps: cap on one transfer's rate (0 = none).
+    cost_per_gbps_hour: what a gigabit per second of this path costs per hour.
+    """
+
+    bandwidth_gbps: float = 100.0
+    rtt_s: float = 0.03
+    jitter_s: float = 0.02
+    max_flow_gbps: float = 0.0
+    cost_per_gbps_hour: float = 0.0
+
+    def __post_init__(self) -> None:
+        for f in ("bandwidth_gbps", "rtt_s", "jitter_s", "max_flow_gbps", "cost_per_gbps_hour"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"link.{f} must be a finite number, got {v!r}")
+            if v < 0 or (f == "bandwidth_gbps" and v == 0):
+                raise ValueError(f"link.{f} must be {'> 0' if f == 'bandwidth_gbps' else '>= 0'}")
+
+    @property
+    def bytes_per_s(self) -> float:
+        """Capacity in bytes per second."""
+        return self.bandwidth_gbps * 1e9 / 8
+
+
+class FairShareLink:
+    """One path shared fairly by its concurrent transfers, simulated on a simpy Environment."""
+
+    def __init__(self, env: simpy.Environment, config: LinkConfig, rng: random.Random) -> None:
+        self.env, self.config, self.rng = env, config, rng
+        self._cap = config.bytes_per_s
+        self._flow_cap = config.max_flow_gbps * 1e9 / 8 if config.max_flow_gbps > 0 else math.inf
+        # Virtual clock: bytes every active flow has received since the path was created.
+        self._served = 0.0
+        self._last = 0.0
+        self._flows: dict[int, tuple[float, Callable[[float], None]]] = {}
+        self._heap: list[tuple[float, int]] = []
+        self._ids = itertools.count()
+        self._version = 0
+        self.bytes_sent = 0.0
+        self.busy_s = 0.0
+        self.transfers = 0
+
+    def _rate(self) -> float:
+        n = len(self._flows)
+        return min(self._flow_cap, self._cap / n) if n else 0.0
+
+    def _advance(self) -> None:
+        now = self.env.now
+        dt = now - self._last
+        if dt > 0 and self._flows:
+            rate = self._rate()
+            self._served += rate * dt
+            self.bytes_sent += rate * dt * len(self._flows)
+            self.busy_s += dt
+        self._last = now
+
+    def estimate(self, nbytes: float) -> LinkEstimate:
+        """What a transfer of nbytes started now should expect, ignoring future arrivals.
+
+        Under fair sharing a new flow waits for every active flow's bytes up to its own size.
+        """
+        self._advance()
+        backlog = 0.0
+        for finish, _ in self._flows.values():
+            backlog += min(finish - self._served, nbytes)
+        bw = min(self._cap, self._flow_cap)
+        return LinkEstimate(bw, self.config.rtt_s + self.config.jitter_s, backlog)
+
+    def send(self, nbytes: float, on_done: Callable[[float], None]) -> None:
+        """Start a transfer; on_done(now) runs when its last byte arrives."""
+        self.transfers += 1
+        delay = self.config.rtt_s
+        if self.config.jitter_s > 0:
+            delay += self.rng.expovariate(1.0 / self.config.jitter_s)
+        if nbytes <= 0:
+            self.env.timeout(delay).callbacks.append(lambda _e: on_done(self.env.now))
+            return
+        self.env.timeout(delay).callbacks.append(lambda _e: self._start(nbytes, on_done))
+
+    def _start(self, nbytes: float, on_done: Callable[[float], None]) -> None:
+        self._advance()
+        fid = next(self._ids)
+        finish = self._served + nbytes
+        self._flows[fid] = (finish, on_done)
+        heapq.heappush(self._heap, (finish, fid))
+        self._reschedule()
+
+    def _reschedule(self) -> None:
+        self._version += 1
+        if not self._heap:
+            return
+        version = self._version
+        delay = max(0.0, (self._heap[0][0] - self._served) / self._rate())
+        self.env.timeout(delay).callbacks.append(lambda _e: self._complete(version))
+
+    def _complete(self, version: int) -> None:
+        if version != self._version:
+            return
+        self._advance()
+        done = []
+        # Finish every flow within a rounding error of its size.
+        while self._heap and self._heap[0][0] <= self._served + 1e-6:
+            _, fid = heapq.heappop(self._heap)
+            done.append(self._flows.pop(fid)[1])
+        self._reschedule()
+        for cb in done:
+            cb(self.env.now)
+
+    @property
+    def active_transfers(self) -> int:
+        """Transfers currently moving data."""
+        return len(self._flows)
+
+    def utilization(self, duration_s: float) -> float:
+        """Average fraction of capacity used over duration_s."""
+        return self.bytes_sent / (self._cap * duration_s) if duration_s > 0 else 0.0

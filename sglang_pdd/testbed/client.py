@@ -1,0 +1,83 @@
+"""Small synchronous HTTP clients for SGLang's ``/generate``, plain and through PD.
+
+``pd_generate`` is what a PD load balancer does for SGLang's own disaggregation: post the same
+body, with the prefill server's bootstrap address and a fresh room, to the prefill and decode
+servers at once, and answer with the decode server's response.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from dataclasses import dataclass, field
+
+import requests
+
+
+@dataclass
+class GenerateResult:
+    """A finished ``/generate`` call: status, final body, and the stream's chunks if streamed."""
+
+    status: int
+    body: dict
+    chunks: list[dict] = field(default_factory=list)
+
+    @property
+    def output_ids(self) -> list[int]:
+        return list(self.body.get("output_ids", []))
+
+
+def iter_sse(response: requests.Response):
+    """Yield the JSON payloads of an SGLang server-sent-event stream, up to ``[DONE]``."""
+    for raw in response.iter_lines():
+        if not raw or not raw.startswith(b"data:"):
+            continue
+        data = raw[5:].strip()
+        if data == b"[DONE]":
+            return
+        yield json.loads(data)
+
+
+def generate(url: str, body: dict, stream: bool = False, timeout: float = 600) -> GenerateResult:
+    """POST ``body`` to ``url/generate``; streaming collects every chunk."""
+    body = {**body, "stream": stream}
+    with requests.post(f"{url}/generate", json=body, stream=stream, timeout=timeout) as resp:
+        if resp.status_code != 200 or not stream:
+            try:
+                payload = resp.json()
+            except ValueError:
+                payload = {"raw": resp.text}
+            return GenerateResult(resp.status_code, payload)
+        chunks = list(iter_sse(resp))
+    final = dict(chunks[-1]) if chunks else {}
+    # SGLang streams output_ids incrementally per chunk; rebuild the whole sequence.
+    final["output_ids"] = [t for chunk in chunks for t in chunk.get("output_ids", [])]
+    return GenerateResult(200, final, chunks)
+
+
+def pd_generate(
+    prefill_url: str,
+    bootstrap_port: int,
+    decode_url: str,
+    body: dict,
+    stream: bool = False,
+    bootstrap_host: str = "127.0.0.1",
+) -> GenerateResult:
+    """One request through SGLang's own prefill/decode disaggregation."""
+    body = {
+        **body,
+        "bootstrap_host": bootstrap_host,
+        "bootstrap_port": bootstrap_port,
+        "bootstrap_room": random.getrandbits(63),
+    }
+    prefill_result: list[GenerateResult] = []
+    thread = threading.Thread(
+        target=lambda: prefill_result.append(generate(prefill_url, body)), daemon=True
+    )
+    thread.start()
+    result = generate(decode_url, body, stream=stream)
+    thread.join(timeout=600)
+    if prefill_result and prefill_result[0].status != 200 and result.status == 200:
+        return prefill_result[0]
+    return result

@@ -1,0 +1,63 @@
+"""``TransferLedger``: KV bytes sent per destination by this process, with WAN pacing."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+
+from sglang_pdd import config as pdd_config
+from sglang_pdd.transfer.wan_link import WanLink
+
+logger = logging.getLogger("sglang_pdd")
+
+
+def session_host(session_id: str) -> str:
+    """The host part of a Mooncake session id (``host:port``, IPv6 in brackets)."""
+    host = session_id.rsplit(":", 1)[0] if ":" in session_id else session_id
+    return host.strip("[]")
+
+
+class TransferLedger:
+    """Bytes per destination session; routes WAN-bound transfers through one ``WanLink``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.bytes_by_session: dict[str, int] = defaultdict(int)
+        self._link: WanLink | None = None
+        self._link_config = None
+
+    def _wan_link(self) -> WanLink | None:
+        cfg = pdd_config.current()
+        if cfg.wan is None:
+            return None
+        with self._lock:
+            if self._link is None or self._link_config != cfg.wan:
+                self._link, self._link_config = WanLink(cfg.wan), cfg.wan
+            return self._link
+
+    def before_transfer(self, session_id: str, nbytes: int) -> None:
+        """Record ``nbytes`` to ``session_id``; block for the WAN if it is WAN-bound."""
+        cfg = pdd_config.current()
+        with self._lock:
+            self.bytes_by_session[session_id] += nbytes
+            total = self.bytes_by_session[session_id]
+        wan = session_host(session_id) in cfg.wan_hosts
+        waited = 0.0
+        if wan and nbytes:
+            link = self._wan_link()
+            if link is not None:
+                waited = link.transmit(nbytes)
+        if cfg.log_transfers:
+            logger.info(
+                "sglang-pdd: kv-transfer to=%s bytes=%d total=%d wan=%s waited_s=%.3f",
+                session_id, nbytes, total, wan, waited,
+            )  # fmt: skip
+
+
+_ledger = TransferLedger()
+
+
+def ledger() -> TransferLedger:
+    """This process's ledger."""
+    return _ledger
