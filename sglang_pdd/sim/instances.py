@@ -185,7 +185,10 @@ class DecodeInstance:
             return
         self._advance()
         done = []
-        while self._heap and self._heap[0][0] <= self._step + 1e-9:
+        # Members due within a nanosecond finish now; smaller gaps are float noise that would
+        # schedule zero-length timeouts forever.
+        tol = 1e-9 / self._step_time if self._step_time > 0 else 1e-9
+        while self._heap and self._heap[0][0] <= self._step + tol:
             target, _, rid = heapq.heappop(self._heap)
             m = self._members.get(rid)
             if m is not None and m.target_step == target:

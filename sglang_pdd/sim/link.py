@@ -126,8 +126,10 @@ class FairShareLink:
             return
         self._advance()
         done = []
-        # Finish every flow within a rounding error of its size.
-        while self._heap and self._heap[0][0] <= self._served + 1e-6:
+        # Finish every flow due within a nanosecond (or a byte): smaller gaps are float noise on
+        # a virtual clock that reaches terabytes.
+        tol = max(1.0, self._rate() * 1e-9) if self._flows else 1.0
+        while self._heap and self._heap[0][0] <= self._served + tol:
             _, fid = heapq.heappop(self._heap)
             done.append(self._flows.pop(fid)[1])
         self._reschedule()

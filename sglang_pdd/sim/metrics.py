@@ -152,7 +152,10 @@ def format_table(results: list[ContenderResult]) -> str:
     rows = [TABLE_HEADER] + [r.row() for r in results]
     widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_HEADER))]
     lines = [
-        "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
+        "  ".join(
+            c.rjust(w) if i else c.ljust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
         for row in rows
     ]
     lines.insert(1, "-" * len(lines[0]))
