@@ -32,8 +32,9 @@ CPU_FLAGS = (
     "--disable-overlap-schedule",
     "--disable-cuda-graph",
     "--skip-server-warmup",
+    "--sleep-on-idle",  # an idle scheduler otherwise spins a core; tests run many servers
 )  # fmt: skip
-CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "MOONCAKE_PROTOCOL": "tcp"}
+CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "MOONCAKE_PROTOCOL": "tcp", "SGLANG_HOST_IP": "127.0.0.1"}
 
 
 @dataclass(frozen=True)

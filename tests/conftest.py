@@ -1,0 +1,41 @@
+"""Shared fixtures: a generated tiny model and real SGLang servers, started once per session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--shared-dir",
+        default=os.environ.get("SGLANG_PDD_SHARED", str(REPO.parent / "shared")),
+        help="the project's shared/ folder (traces); default ../shared beside the checkout",
+    )
+
+
+@pytest.fixture(scope="session")
+def shared_dir(pytestconfig) -> Path:
+    return Path(pytestconfig.getoption("--shared-dir"))
+
+
+def sglang_installed() -> bool:
+    try:
+        import sglang  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """A 2-layer random Llama with a local tokenizer (256 KV bytes per token in bf16)."""
+    if not sglang_installed():
+        pytest.skip("sglang is not installed in this environment")
+    from sglang_pdd.testbed.tiny_model import TinyModelConfig, write_tiny_model
+
+    return write_tiny_model(tmp_path_factory.mktemp("tiny-model"), TinyModelConfig(seed=0))

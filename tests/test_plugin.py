@@ -1,0 +1,93 @@
+"""The entry point, the patch record, and the loud failure when a hook does not take."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from sglang_pdd.patches import PATCH_MODULES, load_patch_modules
+
+sglang = pytest.importorskip("sglang", reason="needs the pinned SGLang installed")
+
+
+def test_entry_point_is_registered():
+    eps = importlib.metadata.entry_points(group="sglang.srt.plugins")
+    assert any(ep.value == "sglang_pdd.plugin:register" for ep in eps)
+
+
+def test_every_patch_has_a_complete_record():
+    modules = load_patch_modules()
+    assert len(modules) == len(PATCH_MODULES)
+    for module in modules:
+        record = module.RECORD
+        assert record.hook_type in ("before", "after", "around", "replace"), module.__name__
+        for field in ("target", "why", "how", "remove_when"):
+            assert len(getattr(record, field)) > 10, (module.__name__, field)
+        assert callable(module.hook) and callable(module.applies)
+
+
+def test_every_patch_target_exists_in_installed_sglang():
+    # The upgrade checklist, automated: each recorded target must still exist.
+    code = "import pkgutil\nfrom sglang_pdd.cpu.activation import activate\nactivate()\n"
+    for module in load_patch_modules():
+        owner, attr = module.RECORD.target.rsplit(".", 1)
+        code += f"assert hasattr(pkgutil.resolve_name({owner!r}), {attr!r}), {owner!r}\n"
+    result = _run(code + "print('ALL-PRESENT')")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "ALL-PRESENT" in result.stdout
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_register_is_idempotent_and_verifies_every_hook():
+    result = _run(
+        """
+        from sglang.srt.plugins import load_plugins
+        from sglang_pdd import plugin
+        load_plugins()
+        first = plugin.applied_targets()
+        plugin.register()
+        load_plugins()
+        assert plugin.applied_targets() == first
+        print(len(first))
+        """
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert int(result.stdout.strip().splitlines()[-1]) == len(PATCH_MODULES)
+
+
+def test_a_hook_that_does_not_take_stops_the_process():
+    result = _run(
+        """
+        import types
+        import sglang_pdd.patches as patches
+        from sglang_pdd.patches import PatchRecord
+        bogus = types.ModuleType("bogus_patch")
+        bogus.RECORD = PatchRecord(
+            target="sglang.srt.server_args.ServerArgs.no_such_method_anywhere",
+            hook_type="after", why="test", how="test", remove_when="test")
+        bogus.applies = lambda: True
+        bogus.hook = lambda result, *a, **k: result
+        patches.load_patch_modules = lambda: [bogus]
+        from sglang.srt.plugins import load_plugins
+        load_plugins()
+        print("SHOULD NOT GET HERE")
+        """
+    )
+    assert result.returncode != 0
+    assert "SHOULD NOT GET HERE" not in result.stdout
+    assert "no_such_method_anywhere" in result.stderr
