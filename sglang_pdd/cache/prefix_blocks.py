@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -44,8 +44,11 @@ def block_hashes(
 class _Node:
     key: int
     parent: _Node | None
+    depth: int = 0
     children: dict[int, _Node] = field(default_factory=dict)
     refs: int = 0
+    # Most recent touch of this node's subtree (touches stamp the deepest node only; eviction
+    # hands a leaf's stamp up to its parent).
     last_access: int = 0
 
 
@@ -57,10 +60,17 @@ class PrefixHandle:
     blocks: int
 
 
+_ROOT_KEY = -1
+
+
 class BlockPrefixCache:
     """Prefix cache over blocks with LRU eviction of unpinned leaves.
 
     capacity_blocks: how many blocks the cache may hold (pinned ones included).
+
+    Block ids must identify their prefix (chained hashes, as ``block_hashes`` and Mooncake
+    traces produce); blocks are indexed by (parent id, id) so a lookup is a binary search over
+    the path rather than a walk, which keeps 64K-token (128-block) prompts cheap.
     """
 
     def __init__(self, capacity_blocks: int) -> None:
@@ -69,8 +79,8 @@ class BlockPrefixCache:
         if capacity_blocks < 0:
             raise ValueError(f"capacity_blocks must be an integer >= 0, got {capacity_blocks!r}")
         self.capacity_blocks = capacity_blocks
-        self._root = _Node(key=-1, parent=None)
-        self._size = 0
+        self._root = _Node(key=_ROOT_KEY, parent=None)
+        self._index: dict[tuple[int, int], _Node] = {}
         self._clock = itertools.count(1)
         # Lazy LRU heap of (last_access, seq, node); stale entries are skipped when popped.
         self._lru: list[tuple[int, int, _Node]] = []
@@ -80,50 +90,64 @@ class BlockPrefixCache:
         self.hit_blocks = 0
 
     def __len__(self) -> int:
-        return self._size
+        return len(self._index)
 
     @property
     def size_blocks(self) -> int:
         """Blocks currently held."""
-        return self._size
+        return len(self._index)
 
-    def _walk(self, hashes: Iterable[int]) -> list[_Node]:
-        node = self._root
-        path = []
-        for h in hashes:
-            child = node.children.get(h)
-            if child is None:
-                break
-            path.append(child)
-            node = child
-        return path
+    def _node_at(self, hashes: Sequence[int], k: int) -> _Node | None:
+        """The cached node for the first k blocks of hashes, if any (k >= 1)."""
+        parent = hashes[k - 2] if k >= 2 else _ROOT_KEY
+        node = self._index.get((parent, hashes[k - 1]))
+        return node if node is not None and node.depth == k else None
 
-    def _touch(self, path: list[_Node]) -> None:
-        now = next(self._clock)
-        for node in path:
-            node.last_access = now
-        if path and not path[-1].children:
-            self._push(path[-1])
+    def _deepest(self, hashes: Sequence[int]) -> tuple[int, _Node]:
+        """(k, node): the longest cached prefix of hashes. Cached prefixes are closed under
+        taking ancestors (only leaves are evicted), so presence is monotone in k."""
+        lo, hi = 0, len(hashes)
+        best = self._root
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            node = self._node_at(hashes, mid)
+            if node is not None:
+                lo, best = mid, node
+            else:
+                hi = mid - 1
+        return lo, best
+
+    def _touch(self, node: _Node) -> None:
+        if node is self._root:
+            return
+        node.last_access = next(self._clock)
+        if not node.children:
+            self._push(node)
 
     def _push(self, node: _Node) -> None:
         heapq.heappush(self._lru, (node.last_access, next(self._seq), node))
 
     def match(self, hashes: Sequence[int], *, touch: bool = True) -> int:
         """Number of leading blocks of hashes held in the cache (refreshes their LRU time)."""
-        path = self._walk(hashes)
+        k, node = self._deepest(hashes)
         if touch:
-            self._touch(path)
+            self._touch(node)
             self.queried_blocks += len(hashes)
-            self.hit_blocks += len(path)
-        return len(path)
+            self.hit_blocks += k
+        return k
 
     def acquire(self, hashes: Sequence[int]) -> PrefixHandle:
-        """Pin the held leading blocks of hashes so eviction cannot take them."""
-        path = self._walk(hashes)
-        for node in path:
-            node.refs += 1
-        self._touch(path)
-        return PrefixHandle(tuple(path), len(path))
+        """Pin the held leading blocks of hashes so eviction cannot take them.
+
+        Only the deepest block carries the pin: eviction takes leaves only, so its ancestors
+        cannot go while it stays.
+        """
+        k, node = self._deepest(hashes)
+        if k == 0:
+            return PrefixHandle((), 0)
+        node.refs += 1
+        self._touch(node)
+        return PrefixHandle((node,), k)
 
     def release(self, handle: PrefixHandle) -> None:
         """Unpin blocks pinned by acquire()."""
@@ -131,29 +155,25 @@ class BlockPrefixCache:
             if node.refs <= 0:
                 raise ValueError("release() of a handle that is not pinned")
             node.refs -= 1
-        if handle.nodes and not handle.nodes[-1].children and handle.nodes[-1].refs == 0:
-            self._push(handle.nodes[-1])
+            if not node.children and node.refs == 0 and node.parent is not None:
+                self._push(node)
 
     def evict(self, n_blocks: int) -> int:
         """Evict up to n_blocks least recently used unpinned leaves; returns how many went."""
         freed = 0
         while freed < n_blocks and self._lru:
             stamp, _, node = heapq.heappop(self._lru)
-            if (
-                node.parent is None
-                or node.children
-                or node.refs > 0
-                or stamp != node.last_access
-                or node.parent.children.get(node.key) is not node
-            ):
+            if node.parent is None or node.children or node.refs > 0 or stamp != node.last_access:
                 continue
             parent = node.parent
             del parent.children[node.key]
+            del self._index[(parent.key, node.key)]
             node.parent = None
-            self._size -= 1
             freed += 1
-            if parent is not self._root and not parent.children and parent.refs == 0:
-                self._push(parent)
+            if parent is not self._root:
+                parent.last_access = max(parent.last_access, node.last_access)
+                if not parent.children and parent.refs == 0:
+                    self._push(parent)
         self.evicted_blocks += freed
         return freed
 
@@ -163,23 +183,18 @@ class BlockPrefixCache:
         When pinned blocks fill the cache, insertion stops early (a real cache would refuse to
         admit more KV), so the return value can be below len(hashes).
         """
-        path = self._walk(hashes)
-        # Pin the existing prefix while we evict for the new blocks.
-        for node in path:
-            node.refs += 1
-        node = path[-1] if path else self._root
-        added: list[_Node] = []
-        for h in hashes[len(path) :]:
-            if self._size >= self.capacity_blocks and self.evict(1) == 0:
+        k, node = self._deepest(hashes)
+        # Pin the deepest node while we evict for the new blocks (see acquire()).
+        node.refs += 1
+        for h in hashes[k:]:
+            if len(self._index) >= self.capacity_blocks and self.evict(1) == 0:
                 break
-            child = _Node(key=h, parent=node)
-            child.refs = 1
+            child = _Node(key=h, parent=node, depth=node.depth + 1, refs=1)
             node.children[h] = child
-            self._size += 1
-            added.append(child)
+            self._index[(node.key, h)] = child
+            node.refs -= 1
             node = child
-        full = path + added
-        for n in full:
-            n.refs -= 1
-        self._touch(full)
-        return len(full)
+            k += 1
+        node.refs -= 1
+        self._touch(node)
+        return k
