@@ -106,7 +106,8 @@ def summarize(
         span = max(r.arrival_s for r in measured) - min(r.arrival_s for r in measured)
     else:
         span = 0.0
-    span = max(span, 1e-9)
+    # A burst arriving at one instant has no span; count it over one second.
+    span = span if span > 0 else 1.0
     end = max((r.done_s for r in records), default=0.0)
     cost = config.cost_per_hour(spec)
     goodput = good / span if measured else 0.0

@@ -129,7 +129,9 @@ class Planner:
         """Whether the plan meets the SLA for enough requests."""
         return self.evaluate(spec).summary["sla_attainment"] >= self.min_attainment
 
-    def _smallest(self, spec: ClusterSpec, role: str, low: int, high: int) -> ClusterSpec | None:
+    def smallest_feasible(
+        self, spec: ClusterSpec, role: str, low: int, high: int
+    ) -> ClusterSpec | None:
         """Binary search the smallest feasible count of one role (others fixed)."""
         top = _with_count(spec, role, high)
         if not self.feasible(top):
@@ -157,7 +159,7 @@ class Planner:
             # Two passes of per-role minimization: after others shrink, a role may need more.
             for _ in range(2):
                 for role, low, high in roles:
-                    found = self._smallest(spec, role, low, high)
+                    found = self.smallest_feasible(spec, role, low, high)
                     if found is None:
                         spec = None
                         break

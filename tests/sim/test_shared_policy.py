@@ -1,0 +1,65 @@
+"""The simulator is driven by the same policy objects (and classes) the router uses."""
+
+import importlib
+import importlib.util
+
+import pytest
+
+import sglang_pdd.policy as policy
+from sglang_pdd.sim import cluster
+from sglang_pdd.sim.cluster import ClusterSim
+
+from .helpers import config, req, spec
+
+
+class RecordingPolicy(policy.PipelinePolicy):
+    def __init__(self):
+        super().__init__(policy.PipelinePolicyConfig(relay_threshold_s=0.0))
+        self.calls = []
+
+    def decide(self, facts, link):
+        decision = super().decide(facts, link)
+        self.calls.append((facts, decision))
+        return decision
+
+
+class RecordingHandoff(policy.HandoffPolicy):
+    def __init__(self):
+        super().__init__(policy.HandoffPolicyConfig(mode="one-shot"))
+        self.calls = 0
+
+    def plan(self, backlog_tokens, relay_load):
+        self.calls += 1
+        return super().plan(backlog_tokens, relay_load)
+
+
+def test_injected_policy_objects_make_every_decision():
+    s = spec("pdd")
+    pipeline, handoff = RecordingPolicy(), RecordingHandoff()
+    sim = ClusterSim(s, config(s), pipeline, handoff)
+    assert sim.pipeline_policy is pipeline and sim.handoff_policy is handoff
+    reqs = [req(i, 0.1 * i, 20_000, 400, range(i * 100, i * 100 + 40)) for i in range(4)]
+    records = sim.run(reqs)
+    assert len(pipeline.calls) == len(reqs)
+    # Threshold 0: every transfer counts as slow, so every request is relayed and handed off.
+    assert [d.pipeline for _, d in pipeline.calls] == [r.pipeline for r in records]
+    assert all(r.pipeline == "P-RLD-MD" for r in records)
+    assert handoff.calls >= len(reqs)
+    assert pipeline.calls[0][0].kv_bytes_per_token == 1000
+
+
+def test_simulator_uses_the_shared_policy_classes():
+    assert cluster.PipelinePolicy is policy.PipelinePolicy
+    assert cluster.HandoffPolicy is policy.HandoffPolicy
+    assert cluster.RequestFacts is policy.RequestFacts
+
+
+def test_router_imports_the_same_policy_module():
+    if importlib.util.find_spec("sglang_pdd.router") is None:
+        pytest.skip("router package not present in this checkout")
+    import pathlib
+
+    import sglang_pdd.router as router
+
+    sources = "".join(p.read_text() for p in pathlib.Path(router.__file__).parent.rglob("*.py"))
+    assert "sglang_pdd.policy" in sources
