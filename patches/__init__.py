@@ -23,6 +23,9 @@ PATCH_MODULES: tuple[str, ...] = (
     "server_args_cli",
     "server_args_from_cli",
     "kv_transfer_ledger",
+    "main_decode_queue",
+    "main_abort",
+    "main_idle",
 )
 
 

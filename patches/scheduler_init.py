@@ -17,7 +17,7 @@ RECORD = PatchRecord(
     ),
     how=(
         "Before the scheduler is built, install server_args._pdd as the process's config; "
-        "after, log one line naming the pid and the hooks applied in this "
+        "after, give a Main-Decode scheduler its MainDecodeState (control socket), and log one line naming the pid and the hooks applied in this "
         "process, and whether the sgl_kernel stand-in is active."
     ),
     remove_when="SGLang passes plugin configuration to scheduler processes itself.",
@@ -39,6 +39,11 @@ def hook(original, self, server_args, *args, **kwargs):
 
     pdd_config.set_current(getattr(server_args, "_pdd", pdd_config.PddServerConfig()))
     result = original(self, server_args, *args, **kwargs)
+    config = pdd_config.current()
+    if config.role == "main":
+        from sglang_pdd.main_decode.state import MainDecodeState
+
+        self._pdd_main = MainDecodeState(config.control_port)
     logger.warning(
         "%s pid=%d role=%s cpu_kernel_standin=%s targets=%s",
         MARKER,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build (or reuse) the Python environment pinned by .ci/requirements.txt and print its path.
+# Build (or reuse) the Python environment pinned by scripts/requirements.txt and print its path.
 # The environment is keyed by a hash of the pins, so it is reused across runs and rebuilt only
 # when a pin changes; older keyed environments are deleted so that at most one stays on disk.
 set -euo pipefail
@@ -15,8 +15,13 @@ if [ ! -f "$venv/.complete" ]; then
   rm -rf "$venv"
   echo "[env] building $venv (about 5 minutes)" >&2
   python3.11 -m venv "$venv"
-  "$venv/bin/pip" install -q --upgrade pip >&2
-  "$venv/bin/pip" install -q -r "$here/requirements.txt" >&2
+  log="$root/install.log"
+  # pip is chatty about the machine's local indexes; keep its output in a log, show it on failure.
+  if ! { "$venv/bin/pip" install --upgrade pip && "$venv/bin/pip" install -r "$here/requirements.txt"; } >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    echo "[env] pip install failed; full log: $log" >&2
+    exit 1
+  fi
   touch "$venv/.complete"
 else
   echo "[env] reusing $venv" >&2

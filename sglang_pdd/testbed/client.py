@@ -50,9 +50,9 @@ def generate(url: str, body: dict, stream: bool = False, timeout: float = 600) -
                 payload = {"raw": resp.text}
             return GenerateResult(resp.status_code, payload)
         chunks = list(iter_sse(resp))
+    # SGLang's chunks are cumulative (text and output_ids so far), unless the server runs with
+    # --incremental-streaming-output; the last chunk is the whole answer.
     final = dict(chunks[-1]) if chunks else {}
-    # SGLang streams output_ids incrementally per chunk; rebuild the whole sequence.
-    final["output_ids"] = [t for chunk in chunks for t in chunk.get("output_ids", [])]
     return GenerateResult(200, final, chunks)
 
 

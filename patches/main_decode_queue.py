@@ -1,0 +1,47 @@
+"""Main-Decode's per-iteration work: park arrivals, read the control socket, run handoffs."""
+
+from __future__ import annotations
+
+from sglang_pdd.patches import PatchRecord
+
+RECORD = PatchRecord(
+    target="sglang.srt.managers.scheduler.Scheduler.process_decode_queue",
+    hook_type="after",
+    why=(
+        "A decode server puts every request whose KV arrived into its waiting queue and decodes "
+        "it; Main-Decode must instead hold relayed requests until Relay-Decode hands off, then "
+        "extend over the handed-off token ids before decoding on."
+    ),
+    how=(
+        "On a --pdd-role main scheduler, after SGLang moved transferred requests to the waiting "
+        "queue: move relayed ones (rid suffix .pdd-relayed) into the parked set and announce "
+        "them on the control socket, read control messages, and run one extend batch for all "
+        "parked requests whose handoff arrived (sglang_pdd.main_decode.extend). With only "
+        "parked work pending, wait on the control socket briefly instead of spinning."
+    ),
+    remove_when="SGLang's decode scheduler supports held requests resumed by an extend.",
+)
+
+
+def applies() -> bool:
+    return True
+
+
+def hook(result, self, *args, **kwargs):
+    """Drive the Main-Decode state machine once (no-op on other roles)."""
+    state = getattr(self, "_pdd_main", None)
+    if state is None:
+        return result
+    from sglang_pdd.main_decode.extend import run_handoff_extend
+
+    state.park_arrivals(self)
+    idle_but_parked = (
+        state.parked and self.running_batch.is_empty() and not self.waiting_queue
+    )
+    state.poll_control(timeout_ms=2 if idle_but_parked else 0)
+    ready = state.take_ready_handoffs()
+    if ready:
+        run_handoff_extend(self, ready)
+        for req, token_ids in ready:
+            state.notify_extended(req.rid, len(token_ids))
+    return result

@@ -1,0 +1,42 @@
+"""Messages on the Main-Decode control socket (ZeroMQ ROUTER on --pdd-control-port).
+
+Router -> Main-Decode:
+  {"op": "watch", "rid": R}              send me R's events
+  {"op": "handoff", "rid": R, "token_ids": [...]}
+                                         the tokens the client already has (P's first token and
+                                         Relay-Decode's); extend over them and decode on
+Main-Decode -> router (to the peer that sent "watch"):
+  {"event": "ready", "rid": R, "t": unix_time, "prompt_tokens": n, "received_tokens": n,
+   "cached_tokens": n, "kv_bytes": n}      R's KV has arrived; R is parked
+  {"event": "extended", "rid": R, "t": unix_time, "tokens": k}
+                                         the handoff extend ran
+  {"event": "error", "rid": R, "message": text}
+"""
+
+from __future__ import annotations
+
+import json
+
+OPS = ("watch", "handoff")
+
+
+def encode(message: dict) -> bytes:
+    return json.dumps(message, separators=(",", ":")).encode()
+
+
+def decode(payload: bytes) -> dict:
+    """Parse a control message; raise ValueError for anything malformed."""
+    try:
+        message = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"control message is not JSON: {exc}") from exc
+    if not isinstance(message, dict) or not isinstance(message.get("rid"), str):
+        raise ValueError("control message needs a string 'rid'")
+    if "op" in message:
+        if message["op"] not in OPS:
+            raise ValueError(f"unknown op {message['op']!r}; accepted: {', '.join(OPS)}")
+        if message["op"] == "handoff":
+            ids = message.get("token_ids")
+            if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
+                raise ValueError("handoff needs 'token_ids', a list of ints")
+    return message
