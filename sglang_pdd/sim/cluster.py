@@ -198,14 +198,14 @@ class ClusterSim:
 
     def _to_relay(self, req: Request) -> None:
         rec = self.records[req.rid]
-        if rec.completions or rec.main_idx >= 0:
-            return  # MD already took the request before RLD had it
+        if rec.main_ready and rec.pipeline == PIPELINE_P_RLD_MD:
+            # The WAN copy won the race: MD takes the whole request.
+            self._to_main_direct(req)
+            return
         rec.relay_idx = _pick(self.relay, lambda d: d.load)
         self.relay[rec.relay_idx].add(
             req.rid, req.output_tokens, req.input_tokens, self._first_token, self._relay_done
         )
-        if rec.main_ready:
-            self._handoff(req.rid)
 
     def _main_kv_ready(self, req: Request) -> None:
         rec = self.records[req.rid]
@@ -225,8 +225,13 @@ class ClusterSim:
     def _handoff(self, rid: int) -> None:
         rec, req = self.records[rid], self.requests[rid]
         relay = self.relay[rec.relay_idx]
-        if rec.completions or not relay.has(rid):
-            return  # finished on RLD, or still waiting for an RLD slot (handled on admission)
+        if rec.completions:
+            return  # RLD finished it already
+        if not relay.has(rid):
+            # Still queued for an RLD slot: MD has the KV now, so it takes the whole request.
+            if relay.cancel_waiting(rid):
+                self._to_main_direct(req)
+            return
         made = relay.tokens_so_far(rid)
         plan = self.handoff_policy.plan(made - rec.handed, relay.load)
         if rec.main_idx < 0:

@@ -45,9 +45,10 @@ DEFAULT_MODEL = ModelProfile(
 DEFAULT_ENGINE = EngineProfile()
 DEFAULT_SLA = SlaConfig(ttft_s=10.0, itl_s=0.1)
 
-# A cross-city line: 80 Gbps, 30 ms RTT, 20 ms mean jitter; 0.01 chip-hours per Gbps-hour.
+# A cross-city line: 100 Gbps, 30 ms RTT, 20 ms mean jitter, one KV transfer (a TCP stream
+# set over a long-haul path) reaching at most 5 Gbps; 0.01 chip-hours per Gbps-hour.
 CROSS_CITY_WAN = LinkConfig(
-    bandwidth_gbps=80.0, rtt_s=0.03, jitter_s=0.02, max_flow_gbps=0.0, cost_per_gbps_hour=0.01
+    bandwidth_gbps=100.0, rtt_s=0.03, jitter_s=0.02, max_flow_gbps=5.0, cost_per_gbps_hour=0.01
 )
 
 P_CHIPS = 8  # chips per prefill instance

@@ -258,6 +258,14 @@ class DecodeInstance:
         first = max(now, self._stall_until) + self.perf.decode_step_time(n, ctx)
         w.on_start(w.rid, first)
 
+    def cancel_waiting(self, rid: int) -> bool:
+        """Withdraw a request still queued for admission; False if it is not queued."""
+        for i, w in enumerate(self._waiting):
+            if w.rid == rid:
+                del self._waiting[i]
+                return True
+        return False
+
     def tokens_so_far(self, rid: int) -> int:
         """Whole tokens a member has produced up to now."""
         self._advance()

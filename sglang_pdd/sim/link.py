@@ -18,6 +18,9 @@ import simpy
 
 from sglang_pdd.policy import LinkEstimate
 
+# Up to this many concurrent transfers the router-side estimate is computed exactly.
+EXACT_ESTIMATE_FLOWS = 256
+
 
 @dataclass(frozen=True)
 class LinkConfig:
@@ -88,11 +91,20 @@ class FairShareLink:
         Under fair sharing a new flow waits for every active flow's bytes up to its own size.
         """
         self._advance()
-        backlog = 0.0
-        for finish, _ in self._flows.values():
-            backlog += min(finish - self._served, nbytes)
-        bw = min(self._cap, self._flow_cap)
-        return LinkEstimate(bw, self.config.rtt_s + self.config.jitter_s, backlog)
+        n = len(self._flows)
+        if n <= EXACT_ESTIMATE_FLOWS:
+            backlog = 0.0
+            for finish, _ in self._flows.values():
+                backlog += min(finish - self._served, nbytes)
+        else:
+            # A congested path: every flow is assumed to outlast this one (an upper bound that
+            # keeps the estimate O(1) when thousands of transfers queue).
+            backlog = n * nbytes
+        if self._flow_cap < self._cap:
+            # A capped flow cannot use the whole path: finishing takes at least nbytes / cap,
+            # expressed as extra backlog on the full-capacity path.
+            backlog = max(backlog, nbytes * (self._cap / self._flow_cap - 1))
+        return LinkEstimate(self._cap, self.config.rtt_s + self.config.jitter_s, backlog)
 
     def send(self, nbytes: float, on_done: Callable[[float], None]) -> None:
         """Start a transfer; on_done(now) runs when its last byte arrives."""

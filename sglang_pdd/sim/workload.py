@@ -99,8 +99,8 @@ class AgenticWorkloadConfig:
     initial_context_max: int = 48_000
     max_context_tokens: int = 65_536
     mean_append_tokens: float = 1000.0
-    output_median_tokens: float = 200.0
-    output_sigma: float = 0.8
+    output_median_tokens: float = 300.0
+    output_sigma: float = 0.7
     max_output_tokens: int = 1000
     short_output_fraction: float = 0.04
     short_output_max_tokens: int = 16

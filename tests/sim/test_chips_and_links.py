@@ -62,9 +62,11 @@ def test_per_flow_cap_and_estimate():
     done = []
     link.send(1e9, done.append)
     env.run(until=0.1)
+    # One capped flow at 0.5 GB/s on a 1 GB/s path: a new 1 GB flow would also run at 0.5 GB/s
+    # (they fit side by side), so it needs 2 s: max(backlog 0.95 GB + 1 GB, 1 GB x 2) / 1 GB/s.
     est = link.estimate(1e9)
-    assert est.bandwidth_bytes_per_s == pytest.approx(0.5e9)
-    assert est.backlog_bytes == pytest.approx(0.95e9)
+    assert est.bandwidth_bytes_per_s == pytest.approx(1e9)
+    assert est.transfer_time_s(1e9) == pytest.approx(2.0)
     env.run()
     assert done == [pytest.approx(2.0)]
 
