@@ -79,7 +79,7 @@ class EngineProfile:
     mbu: float = 0.75
     step_overhead_s: float = 0.004
     chunk_tokens: int = 8192
-    max_decode_batch: int = 128
+    max_decode_batch: int = 256
     memory_reserve_fraction: float = 0.1
 
     def __post_init__(self) -> None:
