@@ -85,3 +85,21 @@ def test_parse_sla():
     assert parse_sla("7").ttft_s == 7.0
     with pytest.raises(ValueError, match="ttft and itl"):
         parse_sla("tpot=1")
+
+
+def test_example_files_load_and_match_the_built_in_chips():
+    from pathlib import Path
+
+    from sglang_pdd.sim.config import load_chips
+
+    root = Path(__file__).resolve().parents[2] / "examples"
+    defaults = default_sim_config()
+    chips = load_chips(root / "chips.yaml")
+    for name, chip in defaults.chips.items():
+        assert chips[name].peak_tflops == pytest.approx(chip.peak_tflops)
+        assert chips[name].memory_bw_gbs == pytest.approx(chip.memory_bw_gbs)
+        assert chips[name].cost_per_hour == chip.cost_per_hour
+    cfg = load_sim_config(root / "sim_config.yaml", defaults)
+    assert [c.kind for c in cfg.contenders] == ["same-dc", "cross-dc", "cross-dc", "pdd"]
+    assert cfg.contenders[2].decode_cache is False
+    assert cfg.contenders[3].handoff.mode == "auto"
