@@ -43,3 +43,15 @@ class PatchRecord:
 def load_patch_modules() -> list[ModuleType]:
     """Import every patch module (each imports SGLang only inside its hook)."""
     return [importlib.import_module(f"{__name__}.{name}") for name in PATCH_MODULES]
+
+
+def print_record(argv: list[str]) -> int:
+    """``sglang-pdd hooks``: print the patch record (the SGLang upgrade checklist)."""
+    del argv
+    for module in load_patch_modules():
+        r = module.RECORD
+        print(f"{r.target}  [{r.hook_type}]  ({module.__name__.rsplit('.', 1)[-1]})")
+        print(f"  why:         {r.why}")
+        print(f"  how:         {r.how}")
+        print(f"  remove when: {r.remove_when}\n")
+    return 0

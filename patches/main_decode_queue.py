@@ -41,7 +41,11 @@ def hook(result, self, *args, **kwargs):
     state.poll_control(timeout_ms=2 if idle_but_parked else 0)
     ready = state.take_ready_handoffs()
     if ready:
-        run_handoff_extend(self, ready)
-        for req, token_ids in ready:
-            state.notify_extended(req.rid, len(token_ids))
+        refused = run_handoff_extend(self, ready)
+        for req, reason in refused:
+            state.refuse(req, reason)
+        refused_reqs = {id(req) for req, _ in refused}
+        for req, token_ids, final in ready:
+            if id(req) not in refused_reqs:
+                state.notify_extended(req.rid, len(token_ids), final)
     return result

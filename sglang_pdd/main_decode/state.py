@@ -24,7 +24,8 @@ class MainDecodeState:
         self.parked: dict[str, object] = {}  # rid -> Req with its prompt KV in place
         self.parked_at: dict[str, float] = {}
         self.watchers: dict[str, bytes] = {}  # rid -> ZeroMQ identity of the router
-        self.handoffs: dict[str, list[int]] = {}  # rid -> token ids, waiting for the KV
+        # rid -> (token ids, final), waiting for the KV or for the scheduler's next iteration.
+        self.handoffs: dict[str, tuple[list[int], bool]] = {}
         logger.info("sglang-pdd: Main-Decode control socket on port %d", control_port)
 
     # -- control socket -------------------------------------------------------------------
@@ -53,12 +54,13 @@ class MainDecodeState:
                 if rid in self.parked:
                     self._send(rid, self._ready_event(self.parked[rid]))
             else:
-                self.handoffs[rid] = list(message["token_ids"])
+                self.handoffs[rid] = (list(message["token_ids"]), bool(message.get("final", True)))
 
     # -- parking --------------------------------------------------------------------------
     def _ready_event(self, req) -> dict:
         prompt = len(req.origin_input_ids)
-        cached = int(getattr(req, "disagg_decode_prefix_len", 0) or 0)
+        # match_kv_cache set prefix_len to the decode-side radix hit; P sent the rest.
+        cached = int(getattr(req, "prefix_len", 0) or 0)
         return {
             "event": "ready",
             "t": self.parked_at[req.rid],
@@ -71,13 +73,19 @@ class MainDecodeState:
         """Move relayed requests whose KV has arrived out of the waiting queue into ``parked``."""
         keep = []
         for req in scheduler.waiting_queue:
-            if is_relayed(req.rid) and not getattr(req, "_pdd_handed_off", False):
+            if getattr(req, "_pdd_seen", False):
+                keep.append(req)
+                continue
+            req._pdd_seen = True
+            self.parked_at[req.rid] = time.time()
+            event = self._ready_event(req)
+            event["kv_bytes"] = event["received_tokens"] * kv_bytes_per_token(scheduler)
+            self._send(req.rid, event)
+            if is_relayed(req.rid):
                 self.parked[req.rid] = req
-                self.parked_at[req.rid] = time.time()
-                event = self._ready_event(req)
-                event["kv_bytes"] = event["received_tokens"] * kv_bytes_per_token(scheduler)
-                self._send(req.rid, event)
             else:
+                self.parked_at.pop(req.rid, None)
+                self.watchers.pop(req.rid, None)  # a P-MD request: nothing more to report
                 keep.append(req)
         if len(keep) != len(scheduler.waiting_queue):
             scheduler.waiting_queue = keep
@@ -91,20 +99,32 @@ class MainDecodeState:
             self.handoffs.pop(rid, None)
             self.watchers.pop(rid, None)
 
-    def take_ready_handoffs(self) -> list[tuple[object, list[int]]]:
-        """Parked requests whose handoff has arrived, removed from ``parked``."""
-        ready = [rid for rid in self.handoffs if rid in self.parked]
+    def take_ready_handoffs(self) -> list[tuple[object, list[int], bool]]:
+        """Parked requests whose handoff has arrived: ``(req, token_ids, final)``.
+
+        A final handoff takes the request out of ``parked`` (it decodes on); a Catch-Up chunk
+        leaves it parked, to be extended while Relay-Decode keeps generating.
+        """
         taken = []
-        for rid in ready:
-            req = self.parked.pop(rid)
-            self.parked_at.pop(rid, None)
-            req._pdd_handed_off = True
-            taken.append((req, self.handoffs.pop(rid)))
+        for rid in [r for r in self.handoffs if r in self.parked]:
+            token_ids, final = self.handoffs.pop(rid)
+            req = self.parked[rid]
+            if final:
+                del self.parked[rid]
+                self.parked_at.pop(rid, None)
+            taken.append((req, token_ids, final))
         return taken
 
-    def notify_extended(self, rid: str, tokens: int) -> None:
-        self._send(rid, {"event": "extended", "t": time.time(), "tokens": tokens})
-        self.watchers.pop(rid, None)
+    def refuse(self, req, reason: str) -> None:
+        """Tell the router a handoff was refused; the request stays parked until aborted."""
+        logger.error("sglang-pdd: %s: handoff refused: %s", req.rid, reason)
+        self.parked.setdefault(req.rid, req)
+        self._send(req.rid, {"event": "error", "message": f"handoff refused: {reason}"})
+
+    def notify_extended(self, rid: str, tokens: int, final: bool) -> None:
+        self._send(rid, {"event": "extended", "t": time.time(), "tokens": tokens, "final": final})
+        if final:
+            self.watchers.pop(rid, None)
 
 
 def kv_bytes_per_token(scheduler) -> int:
@@ -117,10 +137,16 @@ def kv_bytes_per_token(scheduler) -> int:
         return 0
 
 
-def set_handoff_tokens(req, token_ids: list[int]) -> None:
-    """Make ``token_ids`` the request's output so far: prompt KV stays, the ids get extended."""
+def set_handoff_tokens(req, token_ids: list[int]) -> int:
+    """Make ``token_ids`` the request's output so far and return how many need extending.
+
+    The prompt's KV (and that of ids extended by earlier Catch-Up chunks) stays in the request's
+    row as the prefix; the extend covers the rest.
+    """
+    done = getattr(req, "_pdd_extended", 0)
     req.output_ids = array("q", token_ids)
     req.full_untruncated_fill_ids = array("q", req.origin_input_ids) + req.output_ids
     prompt_len = len(req.origin_input_ids)
-    req.prefix_len = prompt_len
+    req.prefix_len = prompt_len + done
     req.extend_end = prompt_len + len(token_ids)
+    return len(token_ids) - done

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -62,9 +63,9 @@ class ServerSpec:
 
 @dataclass
 class ServerProcess:
-    """A launched server: its URL, ports, log file and process."""
+    """A launched server (or helper process): its URL, ports, log file and process."""
 
-    spec: ServerSpec
+    spec: ServerSpec | None
     port: int
     log_path: Path
     proc: subprocess.Popen
@@ -159,25 +160,41 @@ class ServerGroup:
         self.servers.append(server)
         return server
 
-    def wait_ready(self, server: ServerProcess, timeout: float = 300.0) -> None:
-        """Block until ``server`` answers ``/health``; raise with its log tail if it dies."""
+    def launch_command(self, name: str, cmd: list[str], port: int) -> ServerProcess:
+        """Start a non-SGLang helper (router, WAN proxy) that listens on ``port``."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"{name}.log"
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)  # fmt: skip
+        server = ServerProcess(None, port, log_path, proc)
+        server.name = name
+        self.servers.append(server)
+        return server
+
+    def wait_ready(self, server: ServerProcess, timeout: float = 300.0,
+                   path: str | None = "/health") -> None:  # fmt: skip
+        """Block until ``server`` answers ``path`` (or accepts TCP when ``path`` is None)."""
+        name = server.spec.name if server.spec else getattr(server, "name", "?")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not server.alive():
                 raise RuntimeError(
-                    f"server {server.spec.name} exited with {server.proc.returncode}; log tail:\n"
+                    f"{name} exited with {server.proc.returncode}; log tail:\n"
                     + server.log_text()[-4000:]
                 )
             try:
-                with urllib.request.urlopen(server.url + "/health", timeout=5) as resp:
+                if path is None:
+                    with socket.create_connection((server.host, server.port), timeout=2):
+                        return
+                with urllib.request.urlopen(server.url + path, timeout=5) as resp:
                     if resp.status == 200:
                         return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
                 pass
             time.sleep(0.5)
         raise TimeoutError(
-            f"server {server.spec.name} not healthy after {timeout:.0f}s; log tail:\n"
-            + server.log_text()[-4000:]
+            f"{name} not ready after {timeout:.0f}s; log tail:\n" + server.log_text()[-4000:]
         )
 
     def start(self, *specs: ServerSpec, timeout: float = 300.0) -> list[ServerProcess]:

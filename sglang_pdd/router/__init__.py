@@ -1,0 +1,1 @@
+"""The PDD router: one SGLang-compatible HTTP front for Prefill, Relay-Decode and Main-Decode."""

@@ -1,0 +1,252 @@
+"""The router's HTTP API: SGLang's ``/generate`` and OpenAI's endpoints, served through PDD."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+
+from aiohttp import web
+
+from sglang_pdd.router import openai_format as oai
+from sglang_pdd.router.pdd_request import PddRequestRun
+from sglang_pdd.router.record import Finished, TokenDelta
+from sglang_pdd.router.state import RouterState
+from sglang_pdd.router.text import StreamingText
+from sglang_pdd.router.upstream import UpstreamError
+
+logger = logging.getLogger("sglang_pdd.router")
+STATE = web.AppKey("state", RouterState)
+_DISCONNECTED = (ConnectionResetError, ConnectionError, asyncio.CancelledError)
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": {"message": message, "code": status}}, status=status)
+
+
+async def _json_body(request: web.Request) -> dict:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UpstreamError(400, {"error": {"message": f"Invalid JSON body: {exc}",
+                                            "code": 400}}) from exc  # fmt: skip
+    if not isinstance(body, dict):
+        raise UpstreamError(400, {"error": {"message": "JSON body must be an object"}})
+    return body
+
+
+async def _sse(resp: web.StreamResponse, payload) -> None:
+    data = payload if isinstance(payload, str) else json.dumps(payload)
+    await resp.write(f"data: {data}\n\n".encode())
+
+
+class _Run:
+    """Runs a ``PddRequestRun`` for one HTTP request; aborts everywhere if the client leaves."""
+
+    def __init__(self, state: RouterState, input_ids: list[int], sampling: dict, extra: dict):
+        self.state = state
+        self.rid = extra.pop("rid", None) or uuid.uuid4().hex
+        self.body = {"input_ids": input_ids, "sampling_params": sampling, **extra}
+        max_new = int(sampling.get("max_new_tokens", 128) or 128)
+        decision, instances = state.plan(input_ids, max_new)
+        self.run = PddRequestRun(state, self.body, self.rid, decision, instances)
+        self.text = StreamingText(state.tokenizer)
+        self.finished: Finished | None = None
+
+    async def events(self):
+        completed = False
+        try:
+            async for event in self.run.events():
+                if isinstance(event, Finished):
+                    self.finished = event
+                    self.text.flush()
+                    logger.info("pdd-record rid=%s %s", self.rid,
+                                json.dumps(event.record.as_dict()))  # fmt: skip
+                yield event
+            completed = True
+        finally:
+            if not completed:
+                await self.run.abort_everywhere()
+            await self.run.close()
+
+    def meta(self, finish_reason) -> dict:
+        record = self.run.record.as_dict()
+        return {"id": self.rid, "finish_reason": finish_reason,
+                "prompt_tokens": self.run.prompt_tokens,
+                "completion_tokens": len(self.text.ids), "pdd": record}  # fmt: skip
+
+
+async def generate(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    body = await _json_body(request)
+    text, input_ids = body.get("text"), body.get("input_ids")
+    if isinstance(text, list) or (input_ids and isinstance(input_ids[0], list)):
+        return _error(400, "batched /generate is not supported by the sglang-pdd router")
+    if text is None and input_ids is None:
+        return _error(400, "Either text or input_ids should be provided.")
+    ids = state.tokenizer.encode(text) if text is not None else list(input_ids)
+    passthrough = {k: body[k] for k in ("rid", "return_logprob", "top_logprobs_num",
+                                        "logprob_start_len") if k in body}  # fmt: skip
+    run = _Run(state, ids, dict(body.get("sampling_params") or {}), passthrough)
+    if not body.get("stream"):
+        async for event in run.events():
+            if isinstance(event, TokenDelta):
+                run.text.add(event.token_ids)
+        reason = run.finished.finish_reason
+        return web.json_response({"text": run.text.full(), "output_ids": run.text.ids,
+                                  "meta_info": run.meta(reason)})  # fmt: skip
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    events = run.events()
+    first = await anext(events)  # errors before the first token still get an HTTP status
+    await resp.prepare(request)
+    try:
+        async for event in _chain(first, events):
+            if isinstance(event, TokenDelta):
+                run.text.add(event.token_ids)
+                reason = None
+            else:
+                reason = event.finish_reason
+            await _sse(resp, {"text": run.text.sent if reason is None else run.text.full(),
+                              "output_ids": list(run.text.ids), "meta_info": run.meta(reason)})
+        await _sse(resp, "[DONE]")
+    except _DISCONNECTED:
+        await events.aclose()
+        raise
+    return resp
+
+
+async def _chain(first, rest):
+    yield first
+    async for item in rest:
+        yield item
+
+
+async def _openai(request: web.Request, kind: str) -> web.StreamResponse:
+    state = request.app[STATE]
+    body = await _json_body(request)
+    model = body.get("model") or state.model_info.get("model_path", "default")
+    if kind == "chat":
+        ids = oai.chat_prompt(body, state.tokenizer)
+        sampling = oai.sampling_params(body, default_max_tokens=None)
+    else:
+        ids = oai.completion_prompt(body, state.tokenizer)
+        sampling = oai.sampling_params(body, default_max_tokens=16)
+    run = _Run(state, ids, sampling, {})
+    oid = ("chatcmpl-" if kind == "chat" else "cmpl-") + run.rid
+    if not body.get("stream"):
+        async for event in run.events():
+            if isinstance(event, TokenDelta):
+                run.text.add(event.token_ids)
+        fin = run.finished
+        return web.json_response(oai.response(kind, oid, model, run.text.full(),
+                                              fin.finish_reason, fin.prompt_tokens,
+                                              len(run.text.ids), fin.record.as_dict()))  # fmt: skip
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    events = run.events()
+    first = await anext(events)
+    await resp.prepare(request)
+    sent_any = False
+    try:
+        async for event in _chain(first, events):
+            if isinstance(event, TokenDelta):
+                delta = run.text.add(event.token_ids)
+                if delta:
+                    await _sse(resp, oai.chunk(kind, oid, model, delta, first=not sent_any))
+                    sent_any = True
+            else:
+                tail = run.text.flush()
+                use = oai.usage(event.prompt_tokens, len(run.text.ids))
+                await _sse(resp, oai.chunk(kind, oid, model, tail, event.finish_reason,
+                                           first=not sent_any, usage_=use))  # fmt: skip
+        await _sse(resp, "[DONE]")
+    except _DISCONNECTED:
+        await events.aclose()
+        raise
+    return resp
+
+
+async def completions(request):
+    return await _openai(request, "completion")
+
+
+async def chat_completions(request):
+    return await _openai(request, "chat")
+
+
+async def models(request):
+    state = request.app[STATE]
+    name = state.server_info.get("served_model_name") or state.model_info.get("model_path")
+    return web.json_response({"object": "list", "data": [
+        {"id": name, "object": "model", "owned_by": "sglang-pdd", "root": name}]})  # fmt: skip
+
+
+async def health(request):
+    state = request.app[STATE]
+    urls = [*state.config.prefill, *state.config.relay, *(m.url for m in state.config.main)]
+
+    async def ok(url):
+        try:
+            async with state.session.get(f"{url}/health") as resp:
+                return resp.status == 200
+        except Exception:  # noqa: BLE001 - any failure means unhealthy
+            return False
+
+    results = await asyncio.gather(*(ok(u) for u in urls))
+    bad = [u for u, good in zip(urls, results, strict=True) if not good]
+    if bad:
+        return _error(503, f"unhealthy instances: {', '.join(bad)}")
+    return web.Response(text="")
+
+
+async def health_generate(request):
+    state = request.app[STATE]
+    run = _Run(state, state.tokenizer.encode("health"), {"max_new_tokens": 2,
+                                                          "temperature": 0.0}, {})  # fmt: skip
+    async for _ in run.events():
+        pass
+    return web.Response(text="")
+
+
+async def model_info(request):
+    return web.json_response(request.app[STATE].model_info)
+
+
+async def server_info(request):
+    state = request.app[STATE]
+    cfg = state.config
+    return web.json_response({**state.server_info, "pdd_router": {
+        "prefill": list(cfg.prefill), "relay": list(cfg.relay),
+        "main": [m.url for m in cfg.main], "handoff_mode": cfg.handoff.mode}})  # fmt: skip
+
+
+@web.middleware
+async def upstream_errors(request, handler):
+    """An upstream SGLang error reaches the client with SGLang's own status and body."""
+    try:
+        return await handler(request)
+    except UpstreamError as exc:
+        return web.json_response(exc.body, status=exc.status)
+
+
+def build_app(state: RouterState) -> web.Application:
+    app = web.Application(middlewares=[upstream_errors], client_max_size=64 * 1024 * 1024)
+    app[STATE] = state
+    app.router.add_post("/generate", generate)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+    app.router.add_get("/health_generate", health_generate)
+    app.router.add_get("/get_model_info", model_info)
+    app.router.add_get("/get_server_info", server_info)
+
+    async def on_startup(app):
+        await state.start()
+
+    async def on_cleanup(app):
+        await state.close()
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    return app

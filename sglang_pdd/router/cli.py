@@ -1,0 +1,78 @@
+"""``sglang-pdd router``: parse flags into a ``RouterConfig`` and serve."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from sglang_pdd.policy import HANDOFF_MODES, HandoffPolicyConfig, PipelinePolicyConfig
+from sglang_pdd.router.config import MainEndpoint, RouterConfig
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sglang-pdd router",
+                                description="PDD router: one SGLang-compatible endpoint in front "
+                                "of Prefill, Relay-Decode and Main-Decode servers.")  # fmt: skip
+    p.add_argument("--prefill", action="append", default=[], help="prefill server URL (repeat)")
+    p.add_argument("--relay", action="append", default=[], help="Relay-Decode URL (repeat)")
+    p.add_argument("--main", action="append", default=[], help="Main-Decode URL (repeat)")
+    p.add_argument("--main-control", action="append", default=[],
+                   help="tcp://HOST:PORT of each Main-Decode's --pdd-control-port, in --main "
+                   "order")  # fmt: skip
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--handoff-mode", default="one-shot", choices=HANDOFF_MODES)
+    p.add_argument("--catchup-threshold", type=int, default=64,
+                   help="Catch-Up: hand over in chunks while the backlog exceeds this")
+    p.add_argument("--catchup-chunk", type=int, default=64, help="Catch-Up chunk size (tokens)")
+    p.add_argument("--relay-threshold-s", type=float, default=1.0,
+                   help="use P-RLD-MD when MD's estimated KV arrival exceeds this (0: always)")
+    p.add_argument("--no-relay", action="store_true", help="P-MD only (no Relay-Decode)")
+    p.add_argument("--no-anomaly-filter", action="store_true",
+                   help="never finish long-input/short-output requests on Relay-Decode alone")
+    p.add_argument("--wan-bandwidth-mbps", type=float, default=100.0,
+                   help="WAN bandwidth the pipeline policy assumes")
+    p.add_argument("--wan-rtt-ms", type=float, default=40.0, help="WAN RTT the policy assumes")
+    p.add_argument("--tokenizer-path", default=None,
+                   help="tokenizer to use (default: the servers' model path)")
+    p.add_argument("--log-level", default="info")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> RouterConfig:
+    if len(args.main_control) != len(args.main):
+        raise ValueError(f"--main-control must be given once per --main ({len(args.main)}), "
+                         f"got {len(args.main_control)}")  # fmt: skip
+    pipeline = PipelinePolicyConfig(relay_threshold_s=args.relay_threshold_s,
+                                    enable_relay=not args.no_relay,
+                                    enable_anomaly_filter=not args.no_anomaly_filter)  # fmt: skip
+    handoff = HandoffPolicyConfig(mode=args.handoff_mode,
+                                  catchup_threshold_tokens=args.catchup_threshold,
+                                  catchup_chunk_tokens=args.catchup_chunk)  # fmt: skip
+    return RouterConfig(
+        prefill=tuple(args.prefill), relay=tuple(args.relay),
+        main=tuple(MainEndpoint(u, c) for u, c in zip(args.main, args.main_control, strict=True)),
+        host=args.host, port=args.port, pipeline=pipeline, handoff=handoff,
+        wan_bandwidth_mbps=args.wan_bandwidth_mbps, wan_rtt_ms=args.wan_rtt_ms,
+        tokenizer_path=args.tokenizer_path,
+    )  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of ``sglang-pdd router``."""
+    from aiohttp import web
+
+    from sglang_pdd.router.app import build_app
+    from sglang_pdd.router.state import RouterState
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    logging.basicConfig(level=args.log_level.upper(), format="[%(asctime)s] %(message)s")
+    web.run_app(build_app(RouterState(config)), host=config.host, port=config.port,
+                print=lambda *_: logging.getLogger("sglang_pdd.router").info(
+                    "sglang-pdd router on http://%s:%d", config.host, config.port))  # fmt: skip
+    return 0

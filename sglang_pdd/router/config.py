@@ -1,0 +1,63 @@
+"""``RouterConfig``: what ``sglang-pdd router`` was told on its command line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sglang_pdd.policy import HandoffPolicyConfig, PipelinePolicyConfig
+
+
+@dataclass(frozen=True)
+class MainEndpoint:
+    """A Main-Decode server: its HTTP URL and its handoff control socket (ZeroMQ)."""
+
+    url: str
+    control: str  # tcp://host:port
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """Instances behind the router and the policies it applies."""
+
+    prefill: tuple[str, ...]
+    relay: tuple[str, ...]
+    main: tuple[MainEndpoint, ...]
+    host: str = "127.0.0.1"
+    port: int = 8000
+    pipeline: PipelinePolicyConfig = field(default_factory=PipelinePolicyConfig)
+    handoff: HandoffPolicyConfig = field(default_factory=HandoffPolicyConfig)
+    # What the router assumes of the WAN when it estimates MD's readiness for the policy.
+    wan_bandwidth_mbps: float = 100.0
+    wan_rtt_ms: float = 40.0
+    # Block size of the router's mirror of Main-Decode's radix cache.
+    cache_block_tokens: int = 16
+    cache_capacity_blocks: int = 1 << 16
+    tokenizer_path: str | None = None
+    log_records: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.prefill:
+            raise ValueError("--prefill is required (at least one prefill server URL)")
+        if not self.main:
+            raise ValueError("--main is required (at least one Main-Decode server URL)")
+        for name, urls in (("--prefill", self.prefill), ("--relay", self.relay)):
+            for url in urls:
+                _check_url(url, name)
+        for endpoint in self.main:
+            _check_url(endpoint.url, "--main")
+            if not endpoint.control.startswith("tcp://"):
+                raise ValueError(f"--main-control must look like tcp://HOST:PORT, got "
+                                 f"{endpoint.control!r}")  # fmt: skip
+        if self.pipeline.enable_relay and not self.relay:
+            raise ValueError("--relay is required unless --no-relay is given")
+        if not 0 < self.port < 65536:
+            raise ValueError(f"--port must be in 1..65535, got {self.port}")
+        if self.wan_bandwidth_mbps <= 0 or self.wan_rtt_ms < 0:
+            raise ValueError("--wan-bandwidth-mbps must be > 0 and --wan-rtt-ms >= 0")
+        if self.cache_block_tokens < 1:
+            raise ValueError("--cache-block-tokens must be >= 1")
+
+
+def _check_url(url: str, flag: str) -> None:
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"{flag} takes http(s)://HOST:PORT URLs, got {url!r}")

@@ -1,0 +1,65 @@
+"""``MainControlClient``: the router's end of a Main-Decode control socket."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+
+import zmq
+import zmq.asyncio
+
+logger = logging.getLogger("sglang_pdd.router")
+
+
+class MainControlClient:
+    """A ZeroMQ DEALER to one Main-Decode; routes its events to per-request queues."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self._ctx = zmq.asyncio.Context.instance()
+        self._socket = self._ctx.socket(zmq.DEALER)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.connect(endpoint)
+        self._queues: dict[str, asyncio.Queue] = {}
+        self._reader: asyncio.Task | None = None
+
+    def start(self) -> None:
+        if self._reader is None:
+            self._reader = asyncio.get_running_loop().create_task(self._read_events())
+
+    async def _read_events(self) -> None:
+        while True:
+            payload = await self._socket.recv()
+            try:
+                event = json.loads(payload)
+                queue = self._queues.get(event["rid"])
+            except (ValueError, KeyError, TypeError):
+                logger.warning("sglang-pdd router: bad event from %s: %r", self.endpoint, payload)
+                continue
+            if queue is not None:
+                queue.put_nowait(event)
+
+    async def _send(self, message: dict) -> None:
+        await self._socket.send(json.dumps(message, separators=(",", ":")).encode())
+
+    async def watch(self, rid: str) -> asyncio.Queue:
+        """Subscribe to ``rid``'s events; returns the queue they arrive on."""
+        queue = self._queues.setdefault(rid, asyncio.Queue())
+        await self._send({"op": "watch", "rid": rid})
+        return queue
+
+    async def handoff(self, rid: str, token_ids: list[int], final: bool = True) -> None:
+        """Hand the tokens the client already has to Main-Decode (``final``: RLD stops)."""
+        await self._send({"op": "handoff", "rid": rid, "token_ids": token_ids, "final": final})
+
+    def forget(self, rid: str) -> None:
+        self._queues.pop(rid, None)
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        self._socket.close()

@@ -1,0 +1,91 @@
+"""Translate OpenAI completion / chat requests to ``/generate`` and results back."""
+
+from __future__ import annotations
+
+import time
+
+from sglang_pdd.router.upstream import UpstreamError
+
+# OpenAI parameter -> SGLang sampling parameter.
+_SAMPLING = {"temperature": "temperature", "top_p": "top_p", "stop": "stop", "seed": "seed",
+             "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
+             "max_tokens": "max_new_tokens", "max_completion_tokens": "max_new_tokens"}  # fmt: skip
+
+
+def bad_request(message: str) -> UpstreamError:
+    return UpstreamError(400, {"object": "error", "message": message, "type": "BadRequestError",
+                               "code": 400})  # fmt: skip
+
+
+def sampling_params(body: dict, default_max_tokens: int | None) -> dict:
+    params = {_SAMPLING[k]: v for k, v in body.items() if k in _SAMPLING and v is not None}
+    if "max_new_tokens" not in params and default_max_tokens is not None:
+        params["max_new_tokens"] = default_max_tokens
+    return params
+
+
+def completion_prompt(body: dict, tokenizer) -> list[int]:
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return tokenizer.encode(prompt)
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return list(prompt)
+    raise bad_request("'prompt' must be a string or a list of token ids (batches are not "
+                      "supported by the sglang-pdd router)")  # fmt: skip
+
+
+def chat_prompt(body: dict, tokenizer) -> list[int]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("'messages' must be a non-empty list")
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except Exception as exc:  # noqa: BLE001 - the template's own error is the useful message
+        raise bad_request(f"cannot apply the chat template: {exc}") from exc
+    return tokenizer.encode(text)
+
+
+def finish_reason(reason: dict | None) -> str | None:
+    if not reason:
+        return None
+    return "length" if reason.get("type") == "length" else (
+        "abort" if reason.get("type") == "abort" else "stop")  # fmt: skip
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}  # fmt: skip
+
+
+def response(kind: str, rid: str, model: str, text: str, reason, prompt_tokens: int,
+             completion_tokens: int, pdd: dict) -> dict:  # fmt: skip
+    """A non-streaming completion or chat.completion object."""
+    if kind == "chat":
+        choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                  "finish_reason": finish_reason(reason)}  # fmt: skip
+        obj = "chat.completion"
+    else:
+        choice = {"index": 0, "text": text, "finish_reason": finish_reason(reason)}
+        obj = "text_completion"
+    return {"id": rid, "object": obj, "created": int(time.time()), "model": model,
+            "choices": [choice], "usage": usage(prompt_tokens, completion_tokens),
+            "pdd": pdd}  # fmt: skip
+
+
+def chunk(kind: str, rid: str, model: str, text: str, reason=None, first: bool = False,
+          usage_: dict | None = None) -> dict:  # fmt: skip
+    """One streaming chunk."""
+    if kind == "chat":
+        delta = {"content": text}
+        if first:
+            delta["role"] = "assistant"
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason(reason)}
+        obj = "chat.completion.chunk"
+    else:
+        choice = {"index": 0, "text": text, "finish_reason": finish_reason(reason)}
+        obj = "text_completion"
+    out = {"id": rid, "object": obj, "created": int(time.time()), "model": model,
+           "choices": [choice]}  # fmt: skip
+    if usage_ is not None:
+        out["usage"] = usage_
+    return out

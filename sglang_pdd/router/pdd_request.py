@@ -1,0 +1,257 @@
+"""``PddRequestRun``: one request through P-MD, P-RLD-MD or P-RLD, as a stream of token deltas.
+
+P-RLD-MD (One-Shot or Catch-Up): P prefills once for Relay-Decode (room 1, intra-datacenter),
+then again for Main-Decode (room 2: a radix hit on P, sent over the WAN); Relay-Decode's tokens
+go to the client at once; when Main-Decode reports the KV landed, the router hands it the token
+ids the client already has and stops (One-Shot) or keeps (Catch-Up) Relay-Decode; Main-Decode
+extends over them and its later tokens follow. No token is sent twice: the router forwards
+Relay-Decode's tokens only up to the final handoff, and Main-Decode's only past it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+
+from sglang_pdd.main_decode import RELAYED_RID_SUFFIX
+from sglang_pdd.policy import PIPELINE_P_MD, PIPELINE_P_RLD, PIPELINE_P_RLD_MD
+from sglang_pdd.router.record import Finished, PddRecord, TokenDelta
+from sglang_pdd.router.upstream import UpstreamError, abort, post_json, stream_sse
+
+logger = logging.getLogger("sglang_pdd.router")
+_END = object()
+
+
+async def _pump(stream, queue: asyncio.Queue) -> None:
+    """Copy an upstream SSE stream into ``queue``; an exception is queued, then the end mark."""
+    try:
+        async for chunk in stream:
+            queue.put_nowait(chunk)
+    except Exception as exc:  # noqa: BLE001 - handed to the consumer, which raises it
+        queue.put_nowait(exc)
+    queue.put_nowait(_END)
+
+
+class PddRequestRun:
+    """Drive one request; iterate ``events()`` for ``TokenDelta``s and a final ``Finished``."""
+
+    def __init__(self, router, body: dict, rid: str, decision, instances) -> None:
+        self.router = router
+        self.body = body  # /generate body with input_ids and sampling_params
+        self.rid = rid
+        self.decision = decision
+        self.prefill_url, self.relay_url, self.main = instances
+        self.record = PddRecord(pipeline=decision.pipeline, reason=decision.reason)
+        self.t0 = time.monotonic()
+        self._tasks: list[asyncio.Task] = []
+        self.prompt_tokens = len(body["input_ids"])
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _since(self) -> float:
+        return time.monotonic() - self.t0
+
+    def _sub_body(self, rid: str, room: int) -> dict:
+        prefill = self.router.bootstrap[self.prefill_url]
+        return {**self.body, "rid": rid, "bootstrap_host": prefill[0],
+                "bootstrap_port": prefill[1], "bootstrap_room": room}  # fmt: skip
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.append(task)
+        return task
+
+    def _stream_into_queue(self, url: str, body: dict) -> asyncio.Queue:
+        queue: asyncio.Queue = asyncio.Queue()
+        self._spawn(_pump(stream_sse(self.router.session, f"{url}/generate", body), queue))
+        return queue
+
+    def _delta(self, token_ids: list[int], source: str) -> TokenDelta:
+        if self.record.first_token_s is None and token_ids:
+            self.record.first_token_s = self._since()
+        if source == "relay":
+            self.record.relay_tokens += len(token_ids)
+        else:
+            self.record.main_tokens += len(token_ids)
+        return TokenDelta(token_ids, source)
+
+    async def abort_everywhere(self) -> None:
+        """Abort this request's sub-requests on every instance (rids share the prefix)."""
+        urls = {self.prefill_url, self.main.url} | ({self.relay_url} if self.relay_url else set())
+        await asyncio.gather(*(abort(self.router.session, url, self.rid) for url in urls))
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self.router.control_for(self.main).forget(self.rid + RELAYED_RID_SUFFIX)
+        self.router.control_for(self.main).forget(self.rid + ".main")
+
+    # -- pipelines --------------------------------------------------------------------------
+    async def events(self):
+        """Yield ``TokenDelta``s then one ``Finished``; raise ``UpstreamError`` on bad input."""
+        if self.decision.pipeline == PIPELINE_P_MD:
+            async for event in self._main_only():
+                yield event
+        elif self.decision.pipeline == PIPELINE_P_RLD:
+            async for event in self._relay_only():
+                yield event
+        else:
+            async for event in self._relayed():
+                yield event
+
+    async def _main_only(self):
+        rid = self.rid + ".main"
+        control = self.router.control_for(self.main)
+        events = await control.watch(rid)
+        room = random.getrandbits(63)
+        self._spawn(post_json(self.router.session, f"{self.prefill_url}/generate",
+                              self._sub_body(self.rid + ".p", room)))  # fmt: skip
+        main_q = self._stream_into_queue(self.main.url, self._sub_body(rid, room))
+        async for event in self._follow_main(main_q, events, already_sent=0):
+            yield event
+
+    async def _relay_only(self):
+        room = random.getrandbits(63)
+        prefill = self._spawn(post_json(self.router.session, f"{self.prefill_url}/generate",
+                                        self._sub_body(self.rid + ".p", room)))  # fmt: skip
+        relay_q = self._stream_into_queue(self.relay_url, self._sub_body(self.rid + ".relay", room))
+        sent = 0
+        while (chunk := await relay_q.get()) is not _END:
+            if isinstance(chunk, Exception):
+                await self._raise_prefill_error(prefill, chunk)
+            ids = chunk["output_ids"]
+            if len(ids) > sent:
+                yield self._delta(ids[sent:], "relay")
+                sent = len(ids)
+            if chunk["meta_info"].get("finish_reason"):
+                self.record.finished_on = "relay"
+                yield Finished(chunk["meta_info"]["finish_reason"], self.prompt_tokens, self.record)
+                return
+
+    async def _raise_prefill_error(self, prefill_task: asyncio.Task, fallback: Exception):
+        """Prefer the prefill server's error (it validates the prompt) over a decode-side one."""
+        if prefill_task.done() and prefill_task.exception() is not None:
+            raise prefill_task.exception()
+        raise fallback
+
+    async def _relayed(self):
+        relay_rid, main_rid = self.rid + ".relay", self.rid + RELAYED_RID_SUFFIX
+        control = self.router.control_for(self.main)
+        events = await control.watch(main_rid)
+        room1, room2 = random.getrandbits(63), random.getrandbits(63)
+        session = self.router.session
+        prefill1 = self._spawn(post_json(session, f"{self.prefill_url}/generate",
+                                         self._sub_body(self.rid + ".p1", room1)))  # fmt: skip
+        relay_q = self._stream_into_queue(self.relay_url, self._sub_body(relay_rid, room1))
+        main_q: asyncio.Queue | None = None
+        relay_ids: list[int] = []
+        handed = 0  # ids Main-Decode has been given
+        cut_off = False
+        self.router.active_relays += 1
+        try:
+            while not cut_off:
+                waiters = {asyncio.ensure_future(relay_q.get()): "relay",
+                           asyncio.ensure_future(events.get()): "event"}  # fmt: skip
+                if main_q is None:
+                    waiters[asyncio.ensure_future(asyncio.shield(prefill1))] = "prefill"
+                done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+                for fut in pending:
+                    fut.cancel()
+                # Handle in a fixed order so that a relay chunk and an event that complete
+                # together are both consumed (the cancelled getter loses nothing: get() that is
+                # cancelled before completing leaves the item in the queue).
+                for fut in sorted(done, key=lambda f: ("prefill", "relay", "event").index(
+                        waiters[f])):  # fmt: skip
+                    kind, value = waiters[fut], fut.result()
+                    if kind == "prefill":
+                        if main_q is None:
+                            # P's KV for room 1 is out; room 2 is now a radix hit on P.
+                            self._spawn(post_json(session, f"{self.prefill_url}/generate",
+                                                  self._sub_body(self.rid + ".p2", room2)))  # fmt: skip
+                            main_q = self._stream_into_queue(
+                                self.main.url, self._sub_body(main_rid, room2))
+                    elif kind == "relay":
+                        if value is _END:
+                            raise UpstreamError(502, {"error": {"message": "relay stream ended"}})
+                        if isinstance(value, Exception):
+                            await self._raise_prefill_error(prefill1, value)
+                        if cut_off:
+                            continue
+                        ids = value["output_ids"]
+                        if len(ids) > len(relay_ids):
+                            yield self._delta(ids[len(relay_ids):], "relay")
+                            relay_ids = list(ids)
+                        if value["meta_info"].get("finish_reason"):
+                            # Finished on RLD before MD took over: release MD's parked request
+                            # (its KV still lands in MD's radix cache).
+                            self.record.finished_on = "relay"
+                            await abort(session, self.main.url, main_rid)
+                            yield Finished(value["meta_info"]["finish_reason"],
+                                           self.prompt_tokens, self.record)  # fmt: skip
+                            return
+                    elif value.get("event") == "ready" or value.get("event") == "extended":
+                        if value["event"] == "ready":
+                            self.record.main_ready_s = self._since()
+                            self.record.wan_bytes = int(value.get("kv_bytes", 0))
+                            self.record.main_cached_tokens = value.get("cached_tokens")
+                        elif handed == 0 and value["event"] == "extended":
+                            continue
+                        backlog = len(relay_ids) - handed
+                        plan = self.router.handoff_policy.plan(backlog, self.router.relay_load())
+                        # A Catch-Up chunk keeps the newest id back: the final handoff must
+                        # bring at least one id whose KV Main-Decode has not built.
+                        chunk = min(plan.tokens_now, backlog - 1)
+                        if plan.relay_continues and chunk > 0:
+                            handed += chunk
+                            self.record.handoff_chunks += 1
+                            await control.handoff(main_rid, relay_ids[:handed], final=False)
+                        else:
+                            cut_off = True
+                            self.record.handoff_s = self._since()
+                            self.record.handoff_tokens = len(relay_ids)
+                            self.record.handoff_chunks += 1
+                            await control.handoff(main_rid, relay_ids, final=True)
+                            await abort(session, self.relay_url, relay_rid)
+                            break
+                    elif value.get("event") == "error":
+                        raise UpstreamError(500, {"error": {"message": value.get("message")}})
+        finally:
+            self.router.active_relays -= 1
+        async for event in self._follow_main(main_q, events, already_sent=len(relay_ids),
+                                             expected_prefix=relay_ids):  # fmt: skip
+            yield event
+
+    async def _follow_main(self, main_q, events, already_sent: int, expected_prefix=()):
+        """Forward Main-Decode's tokens past ``already_sent``; check it kept the handed prefix."""
+        sent = already_sent
+        while (chunk := await main_q.get()) is not _END:
+            if isinstance(chunk, Exception):
+                raise chunk
+            ids = chunk["output_ids"]
+            if expected_prefix and ids[: len(expected_prefix)] != list(expected_prefix):
+                raise UpstreamError(500, {"error": {"message": "Main-Decode diverged from the "
+                                                              "handed-off tokens"}})  # fmt: skip
+            if self.record.main_ready_s is None:
+                self._drain_ready(events)
+            if len(ids) > sent:
+                yield self._delta(ids[sent:], "main")
+                sent = len(ids)
+            if chunk["meta_info"].get("finish_reason"):
+                self.record.finished_on = "main"
+                self._drain_ready(events)
+                yield Finished(chunk["meta_info"]["finish_reason"], self.prompt_tokens, self.record)
+                return
+        raise UpstreamError(502, {"error": {"message": "Main-Decode stream ended early"}})
+
+    def _drain_ready(self, events: asyncio.Queue) -> None:
+        while not events.empty():
+            event = events.get_nowait()
+            if event.get("event") == "ready" and self.record.main_ready_s is None:
+                self.record.main_ready_s = self._since()
+                self.record.wan_bytes = int(event.get("kv_bytes", 0))
+                self.record.main_cached_tokens = event.get("cached_tokens")

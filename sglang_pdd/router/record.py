@@ -1,0 +1,43 @@
+"""``PddRecord``: what happened to one request, returned in ``meta_info["pdd"]`` and logged."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class PddRecord:
+    """Per-request facts; times are seconds since the router received the request."""
+
+    pipeline: str
+    reason: str = ""
+    relay_tokens: int = 0
+    main_tokens: int = 0
+    main_ready_s: float | None = None
+    handoff_s: float | None = None
+    handoff_tokens: int = 0
+    handoff_chunks: int = 0
+    wan_bytes: int = 0
+    main_cached_tokens: int | None = None
+    first_token_s: float | None = None
+    finished_on: str = ""
+
+    def as_dict(self) -> dict:
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+@dataclass
+class TokenDelta:
+    """New output tokens for the client, and which instance made them."""
+
+    token_ids: list[int]
+    source: str  # "relay" | "main"
+
+
+@dataclass
+class Finished:
+    """The end of a request: SGLang's finish reason, prompt size and the PDD record."""
+
+    finish_reason: dict | None
+    prompt_tokens: int
+    record: PddRecord

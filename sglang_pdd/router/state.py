@@ -1,0 +1,118 @@
+"""``RouterState``: what the router shares across requests (sessions, policies, instances)."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+import aiohttp
+
+from sglang_pdd.cache.prefix_blocks import BlockPrefixCache, block_hashes
+from sglang_pdd.policy import (
+    PIPELINE_P_RLD,
+    HandoffPolicy,
+    LinkEstimate,
+    PipelinePolicy,
+    RequestFacts,
+)
+from sglang_pdd.router.config import MainEndpoint, RouterConfig
+from sglang_pdd.router.main_control import MainControlClient
+from sglang_pdd.router.upstream import post_json
+
+logger = logging.getLogger("sglang_pdd.router")
+
+
+class RouterState:
+    """Instances, policies, and the router's mirror of Main-Decode's radix cache."""
+
+    def __init__(self, config: RouterConfig) -> None:
+        self.config = config
+        self.pipeline_policy = PipelinePolicy(config.pipeline)
+        self.handoff_policy = HandoffPolicy(config.handoff)
+        self.link = LinkEstimate(config.wan_bandwidth_mbps * 1e6 / 8, config.wan_rtt_ms / 1000)
+        self.main_cache = BlockPrefixCache(config.cache_capacity_blocks)
+        self.session: aiohttp.ClientSession | None = None
+        self.bootstrap: dict[str, tuple[str, int]] = {}
+        self.controls: dict[str, MainControlClient] = {}
+        self.model_info: dict = {}
+        self.server_info: dict = {}
+        self.tokenizer = None
+        self.kv_bytes_per_token = 0
+        self.active_relays = 0
+        self._rr = {role: itertools.count() for role in ("prefill", "relay", "main")}
+
+    async def start(self) -> None:
+        """Open the HTTP session, learn bootstrap ports and the model, connect control sockets."""
+        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        for url in self.config.prefill:
+            info = await self._get(f"{url}/get_server_info")
+            host = url.split("://", 1)[1].rsplit(":", 1)[0]
+            self.bootstrap[url] = (host, int(info["disaggregation_bootstrap_port"]))
+        main0 = self.config.main[0].url
+        self.model_info = await self._get(f"{main0}/get_model_info")
+        self.server_info = await self._get(f"{main0}/get_server_info")
+        for endpoint in self.config.main:
+            client = MainControlClient(endpoint.control)
+            client.start()
+            self.controls[endpoint.url] = client
+        from transformers import AutoTokenizer
+
+        path = self.config.tokenizer_path or self.server_info.get("tokenizer_path") or (
+            self.model_info["model_path"])  # fmt: skip
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.kv_bytes_per_token = await self._kv_bytes_per_token()
+
+    async def _get(self, url: str) -> dict:
+        async with self.session.get(url) as resp:
+            resp.raise_for_status()
+            return await resp.json(content_type=None)
+
+    async def _kv_bytes_per_token(self) -> int:
+        from transformers import AutoConfig
+
+        cfg = AutoConfig.from_pretrained(self.model_info["model_path"])
+        heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        dtype = str(self.server_info.get("kv_cache_dtype", "auto"))
+        if dtype == "auto":
+            dtype = str(self.server_info.get("dtype", "bfloat16"))
+        width = 4 if "32" in dtype else 1 if "8" in dtype else 2
+        return 2 * cfg.num_hidden_layers * heads * head_dim * width
+
+    async def close(self) -> None:
+        for client in self.controls.values():
+            await client.close()
+        if self.session is not None:
+            await self.session.close()
+
+    # -- choices ----------------------------------------------------------------------------
+    def _pick(self, role: str, items):
+        return items[next(self._rr[role]) % len(items)]
+
+    def control_for(self, main: MainEndpoint) -> MainControlClient:
+        return self.controls[main.url]
+
+    def relay_load(self) -> float:
+        """Relay-Decode's load as the router sees it: relayed requests per relay instance / 8."""
+        return self.active_relays / (8.0 * max(len(self.config.relay), 1))
+
+    def plan(self, input_ids: list[int], max_new_tokens: int):
+        """Pick the pipeline and the instances for a request (and update the cache mirror)."""
+        hashes = block_hashes(input_ids, self.config.cache_block_tokens)
+        cached = self.main_cache.match(hashes) * self.config.cache_block_tokens
+        facts = RequestFacts(
+            input_tokens=len(input_ids),
+            main_cached_tokens=min(cached, len(input_ids)),
+            max_output_tokens=max_new_tokens,
+            kv_bytes_per_token=self.kv_bytes_per_token,
+        )
+        decision = self.pipeline_policy.decide(facts, self.link)
+        if decision.pipeline != PIPELINE_P_RLD:
+            self.main_cache.insert(hashes)  # MD ends up holding this prompt's KV
+        prefill = self._pick("prefill", self.config.prefill)
+        relay = self._pick("relay", self.config.relay) if self.config.relay else None
+        main = self._pick("main", self.config.main)
+        return decision, (prefill, relay, main)
+
+    async def post(self, url: str, body: dict) -> dict:
+        return await post_json(self.session, url, body)

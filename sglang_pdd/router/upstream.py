@@ -1,0 +1,64 @@
+"""Calls from the router to SGLang servers: plain JSON posts and SSE streams."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import aiohttp
+
+logger = logging.getLogger("sglang_pdd.router")
+
+
+class UpstreamError(Exception):
+    """An SGLang server answered with an error; carries its status and body for the client."""
+
+    def __init__(self, status: int, body: dict) -> None:
+        super().__init__(f"upstream answered {status}: {body}")
+        self.status = status
+        self.body = body
+
+
+async def _error_body(resp: aiohttp.ClientResponse) -> dict:
+    text = await resp.text()
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError:
+        body = {"error": {"message": text}}
+    return body if isinstance(body, dict) else {"error": {"message": str(body)}}
+
+
+async def post_json(session: aiohttp.ClientSession, url: str, body: dict) -> dict:
+    """POST and return the JSON answer; raise ``UpstreamError`` on a non-200 answer."""
+    async with session.post(url, json=body) as resp:
+        if resp.status != 200:
+            raise UpstreamError(resp.status, await _error_body(resp))
+        return await resp.json(content_type=None)
+
+
+async def stream_sse(session: aiohttp.ClientSession, url: str, body: dict):
+    """POST with ``stream: true`` and yield each JSON chunk until ``[DONE]``."""
+    async with session.post(url, json={**body, "stream": True}) as resp:
+        if resp.status != 200:
+            raise UpstreamError(resp.status, await _error_body(resp))
+        async for raw in resp.content:
+            line = raw.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                return
+            chunk = json.loads(data)
+            if isinstance(chunk, dict) and "error" in chunk and "output_ids" not in chunk:
+                raise UpstreamError(chunk["error"].get("code", 500) if isinstance(
+                    chunk["error"], dict) else 500, chunk)  # fmt: skip
+            yield chunk
+
+
+async def abort(session: aiohttp.ClientSession, base_url: str, rid: str) -> None:
+    """Ask a server to abort every request whose rid starts with ``rid`` (best effort, logged)."""
+    try:
+        async with session.post(f"{base_url}/abort_request", json={"rid": rid}) as resp:
+            await resp.read()
+    except aiohttp.ClientError as exc:
+        logger.warning("sglang-pdd router: abort of %s on %s failed: %s", rid, base_url, exc)

@@ -1,0 +1,99 @@
+"""``PddCluster``: a local PDD cluster (P, RLD, MD, WAN links, router) on one machine.
+
+Datacenter A is 127.0.0.1 (Prefill, Relay-Decode, router); datacenter B is 127.0.0.2
+(Main-Decode's Mooncake endpoint). KV that Prefill sends to B is paced by Prefill's emulated WAN
+(``--pdd-wan-*``); the router's HTTP and control traffic to Main-Decode crosses ``sglang-pdd
+wan-link`` proxies with the same bandwidth and delay.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from sglang_pdd.testbed.launcher import ServerGroup, ServerProcess, ServerSpec
+from sglang_pdd.testbed.ports import free_port
+from sglang_pdd.transfer.wan_link import WanLinkConfig
+
+DATACENTER_B_HOST = "127.0.0.2"
+
+
+@dataclass(frozen=True)
+class PddClusterConfig:
+    """Shape of the local cluster; every field maps onto an example/benchmark flag."""
+
+    model_path: str
+    dtype: str = "float32"
+    wan: WanLinkConfig = WanLinkConfig(bandwidth_mbps=8.0, one_way_delay_ms=100.0)
+    handoff_mode: str = "one-shot"
+    catchup_threshold: int = 64
+    catchup_chunk: int = 64
+    relay_threshold_s: float = 0.0  # 0: every request goes P-RLD-MD
+    chunked_prefill_size: int = 512
+    max_total_tokens: int = 65536
+    log_transfers: bool = True
+
+
+@dataclass
+class PddCluster:
+    """Started servers and URLs of one local PDD cluster."""
+
+    prefill: ServerProcess
+    relay: ServerProcess
+    main: ServerProcess
+    main_via_wan: str  # Main-Decode's HTTP as seen from datacenter A
+    router: ServerProcess
+
+    @property
+    def router_url(self) -> str:
+        return self.router.url
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "sglang_pdd.cli", *args]
+
+
+def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 600) -> PddCluster:
+    """Launch the cluster's processes in ``group`` and wait until the router is healthy."""
+    common = dict(model_path=cfg.model_path, dtype=cfg.dtype,
+                  chunked_prefill_size=cfg.chunked_prefill_size,
+                  max_total_tokens=cfg.max_total_tokens)  # fmt: skip
+    wan = ("--pdd-wan-bandwidth-mbps", str(cfg.wan.bandwidth_mbps),
+           "--pdd-wan-delay-ms", str(cfg.wan.one_way_delay_ms),
+           "--pdd-wan-jitter-ms", str(cfg.wan.jitter_ms))  # fmt: skip
+    control_port = free_port()
+    prefill_args = ("--pdd-role", "prefill", "--pdd-wan-hosts", DATACENTER_B_HOST, *wan)
+    if cfg.log_transfers:
+        prefill_args += ("--pdd-log-transfers",)
+    prefill, relay, main = group.start(
+        ServerSpec("prefill", role="prefill", extra_args=prefill_args, **common),
+        ServerSpec("relay", role="decode", extra_args=("--pdd-role", "relay"), **common),
+        ServerSpec("main", role="decode", env=(("SGLANG_HOST_IP", DATACENTER_B_HOST),),
+                   extra_args=("--pdd-role", "main", "--pdd-control-port", str(control_port),
+                               "--disaggregation-decode-enable-radix-cache"), **common),
+        timeout=timeout,
+    )  # fmt: skip
+    link = ("--bandwidth-mbps", str(cfg.wan.bandwidth_mbps), "--delay-ms",
+            str(cfg.wan.one_way_delay_ms), "--jitter-ms", str(cfg.wan.jitter_ms))  # fmt: skip
+    http_port, ctl_port = free_port(), free_port()
+    proxies = [
+        group.launch_command("wan-http", _cli("wan-link", "--listen", f"127.0.0.1:{http_port}",
+                                              "--target", f"127.0.0.1:{main.port}", *link),
+                             http_port),
+        group.launch_command("wan-control", _cli("wan-link", "--listen", f"127.0.0.1:{ctl_port}",
+                                                 "--target", f"127.0.0.1:{control_port}", *link),
+                             ctl_port),
+    ]  # fmt: skip
+    for proxy in proxies:
+        group.wait_ready(proxy, timeout=60, path=None)
+    main_via_wan = f"http://127.0.0.1:{http_port}"
+    router_port = free_port()
+    router = group.launch_command("router", _cli(
+        "router", "--prefill", prefill.url, "--relay", relay.url, "--main", main_via_wan,
+        "--main-control", f"tcp://127.0.0.1:{ctl_port}", "--port", str(router_port),
+        "--handoff-mode", cfg.handoff_mode, "--catchup-threshold", str(cfg.catchup_threshold),
+        "--catchup-chunk", str(cfg.catchup_chunk), "--relay-threshold-s",
+        str(cfg.relay_threshold_s), "--wan-bandwidth-mbps", str(cfg.wan.bandwidth_mbps),
+        "--wan-rtt-ms", str(2 * cfg.wan.one_way_delay_ms)), router_port)  # fmt: skip
+    group.wait_ready(router, timeout=120)
+    return PddCluster(prefill, relay, main, main_via_wan, router)

@@ -1,0 +1,109 @@
+"""``WanProxy``: a TCP proxy that carries each direction over an emulated ``WanLink``.
+
+Control traffic to Main-Decode (the router's HTTP requests and the handoff socket) goes through
+one of these, so it pays the link's bandwidth and one-way delay as it would between datacenters.
+Bytes keep their order: each chunk is scheduled on its direction's link and written out once it
+would have arrived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from sglang_pdd.transfer.wan_link import WanLink, WanLinkConfig
+
+logger = logging.getLogger("sglang_pdd")
+
+
+async def _pump(reader, writer, link: WanLink) -> None:
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def read_side() -> None:
+        while data := await reader.read(65536):
+            queue.put_nowait((link.reserve(len(data)), data))
+        queue.put_nowait((None, b""))
+
+    async def write_side() -> None:
+        while True:
+            arrival, data = await queue.get()
+            if arrival is None:
+                break
+            delay = arrival - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            writer.write(data)
+            await writer.drain()
+
+    reading = asyncio.create_task(read_side())
+    try:
+        await write_side()
+    finally:
+        reading.cancel()
+        with contextlib.suppress(Exception):
+            writer.close()
+
+
+class WanProxy:
+    """Listen on ``listen_host:listen_port``; forward to ``target`` over the emulated link."""
+
+    def __init__(self, listen_host: str, listen_port: int, target_host: str, target_port: int,
+                 config: WanLinkConfig) -> None:  # fmt: skip
+        self.listen = (listen_host, listen_port)
+        self.target = (target_host, target_port)
+        self.config = config
+        # One link per direction, shared by all connections: flows share the bottleneck.
+        self.uplink = WanLink(config)
+        self.downlink = WanLink(config)
+
+    async def _handle(self, client_reader, client_writer) -> None:
+        try:
+            server_reader, server_writer = await asyncio.open_connection(*self.target)
+        except OSError as exc:
+            logger.warning("sglang-pdd wan-link: cannot reach %s:%d: %s", *self.target, exc)
+            client_writer.close()
+            return
+        await asyncio.gather(
+            _pump(client_reader, server_writer, self.uplink),
+            _pump(server_reader, client_writer, self.downlink),
+            return_exceptions=True,
+        )
+
+    async def serve_forever(self) -> None:
+        server = await asyncio.start_server(self._handle, *self.listen)
+        async with server:
+            await server.serve_forever()
+
+
+def main(argv: list[str]) -> int:
+    """``sglang-pdd wan-link``: run one emulated-WAN TCP proxy until interrupted."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="sglang-pdd wan-link", description=__doc__)
+    parser.add_argument("--listen", required=True, help="HOST:PORT to listen on")
+    parser.add_argument("--target", required=True, help="HOST:PORT to forward to")
+    parser.add_argument("--bandwidth-mbps", type=float, default=100.0)
+    parser.add_argument("--delay-ms", type=float, default=20.0, help="one-way delay")
+    parser.add_argument("--jitter-ms", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    try:
+        config = WanLinkConfig(args.bandwidth_mbps, args.delay_ms, args.jitter_ms)
+        listen_host, listen_port = _host_port(args.listen, "--listen")
+        target_host, target_port = _host_port(args.target, "--target")
+    except ValueError as exc:
+        parser.error(str(exc))
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s")
+    proxy = WanProxy(listen_host, listen_port, target_host, target_port, config)
+    logger.info("sglang-pdd wan-link %s -> %s (%s)", args.listen, args.target, config)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(proxy.serve_forever())
+    return 0
+
+
+def _host_port(text: str, flag: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{flag} must be HOST:PORT, got {text!r}")
+    return host, int(port)
