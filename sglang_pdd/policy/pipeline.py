@@ -40,6 +40,8 @@ class PipelinePolicyConfig:
         transfer would be slow and let RLD finish them (P-RLD).
     anomaly_min_input_tokens, anomaly_max_output_tokens: what "long input" and "short output"
         mean for the filter.
+    max_relay_load: when the least-loaded RLD is at least this busy (batch slots or KV memory,
+        1.0 = full), relaying only queues the request behind RLD, so it goes P-MD instead.
     """
 
     relay_threshold_s: float = 1.0
@@ -47,9 +49,11 @@ class PipelinePolicyConfig:
     enable_anomaly_filter: bool = True
     anomaly_min_input_tokens: int = 32768
     anomaly_max_output_tokens: int = 32
+    max_relay_load: float = 1.0
 
     def __post_init__(self) -> None:
         _check_finite("relay_threshold_s", self.relay_threshold_s, positive=False)
+        _check_finite("max_relay_load", self.max_relay_load, positive=True)
         for flag in ("enable_relay", "enable_anomaly_filter"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
@@ -129,12 +133,26 @@ class PipelinePolicy:
     def __init__(self, config: PipelinePolicyConfig | None = None) -> None:
         self.config = config or PipelinePolicyConfig()
 
-    def decide(self, facts: RequestFacts, link: LinkEstimate) -> PipelineDecision:
-        """Pick the pipeline for one request given its cache facts and the link's state."""
+    def decide(
+        self, facts: RequestFacts, link: LinkEstimate, relay_load: float = 0.0
+    ) -> PipelineDecision:
+        """Pick the pipeline for one request given its cache facts and the link's state.
+
+        relay_load: busy fraction of the least-loaded RLD (0 when unknown).
+        """
         cfg = self.config
+        if not isinstance(relay_load, (int, float)) or not relay_load >= 0:
+            raise ValueError(f"relay_load must be a number >= 0, got {relay_load!r}")
         wan_bytes = facts.uncached_tokens * facts.kv_bytes_per_token
         est = link.transfer_time_s(wan_bytes)
         slow = est > cfg.relay_threshold_s
+        if cfg.enable_relay and slow and relay_load >= cfg.max_relay_load:
+            return PipelineDecision(
+                PIPELINE_P_MD,
+                f"transfer {est:.2f}s but RLD load {relay_load:.2f} >= {cfg.max_relay_load}",
+                wan_bytes,
+                est,
+            )
         if (
             cfg.enable_relay
             and cfg.enable_anomaly_filter

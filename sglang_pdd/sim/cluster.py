@@ -47,6 +47,7 @@ class RequestRecord:
     decode_hit_tokens: int = 0
     wan_bytes: int = 0
     prefill_done_s: float = -1.0
+    main_kv_s: float = -1.0
     first_token_s: float = -1.0
     done_s: float = -1.0
     relay_tokens: int = 0
@@ -168,7 +169,8 @@ class ClusterSim:
         rec.decode_hit_tokens = cached
         facts = RequestFacts(req.input_tokens, cached, req.output_tokens, self.kv)
         wan_bytes = facts.uncached_tokens * self.kv
-        decision = self.pipeline_policy.decide(facts, self.wan.estimate(wan_bytes))
+        relay_load = min((r.load for r in self.relay), default=0.0)
+        decision = self.pipeline_policy.decide(facts, self.wan.estimate(wan_bytes), relay_load)
         rec.pipeline = decision.pipeline
         if decision.pipeline == PIPELINE_P_RLD and self.relay:
             self._send_local(req, self._to_relay)
@@ -209,6 +211,7 @@ class ClusterSim:
 
     def _main_kv_ready(self, req: Request) -> None:
         rec = self.records[req.rid]
+        rec.main_kv_s = self.env.now
         if self.drc is not None:
             self.drc.insert(req.hash_ids)
             if not rec.completions:

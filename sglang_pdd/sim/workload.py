@@ -87,7 +87,10 @@ class AgenticWorkloadConfig:
     task context, then each turn appends the previous output and a tool result. When the
     context would pass max_context_tokens, or with probability cold_turn_fraction, the context
     is rebuilt (compaction, a new sub-agent): a cold request sharing only the system prompt.
-    Turn gaps model model response plus tool execution time.
+    Turn gaps model model response plus tool execution time. With probability
+    short_output_fraction a turn also spawns a side call (a judge or classifier over the current
+    context, output of at most short_output_max_tokens) that the session does not continue from:
+    the long-input, short-output traffic the anomaly filter targets.
     """
 
     duration_s: float = 600.0
@@ -176,13 +179,20 @@ def generate_agentic(config: AgenticWorkloadConfig, seed: int = 0) -> list[Reque
         for _ in range(turns):
             if t >= cfg.duration_s:
                 break
-            if rng.random() < cfg.short_output_fraction:
-                out = rng.randint(1, cfg.short_output_max_tokens)
-            else:
-                out = min(
-                    cfg.max_output_tokens, max(1, round(rng.lognormvariate(mu, cfg.output_sigma)))
-                )
+            out = min(
+                cfg.max_output_tokens, max(1, round(rng.lognormvariate(mu, cfg.output_sigma)))
+            )
             raw.append((t, tokens, out, tuple(blocks)))
+            if rng.random() < cfg.short_output_fraction:
+                # A side call (judge, classifier) over the current context plus a short
+                # instruction, with a tiny output; the session does not continue from it.
+                side = tokens + rng.randint(128, 1024)
+                keep = tokens // bt
+                side_blocks = blocks[:keep] + ids.fresh(math.ceil(side / bt) - keep)
+                side_out = rng.randint(1, cfg.short_output_max_tokens)
+                side_t = t + rng.uniform(0.0, cfg.mean_turn_gap_s)
+                if side_t < cfg.duration_s:
+                    raw.append((side_t, side, side_out, tuple(side_blocks)))
             # Next turn: previous prompt + its output + a tool result. Only the full blocks of
             # the previous prompt are reusable; its partial last block now holds new tokens.
             append = out + max(1, round(rng.expovariate(1.0 / cfg.mean_append_tokens)))

@@ -59,6 +59,15 @@ def test_anomaly_filter_can_be_disabled():
     assert policy.decide(facts(64_000, 0, out=8), LINK).pipeline == "P-RLD-MD"
 
 
+def test_saturated_relay_sends_slow_requests_straight_to_md():
+    policy = PipelinePolicy(PipelinePolicyConfig(max_relay_load=0.9))
+    assert policy.decide(facts(64_000, 0), LINK, relay_load=0.5).pipeline == "P-RLD-MD"
+    busy = policy.decide(facts(64_000, 0, out=8), LINK, relay_load=0.95)
+    assert busy.pipeline == "P-MD" and "RLD load" in busy.reason
+    with pytest.raises(ValueError, match="relay_load"):
+        policy.decide(facts(64_000, 0), LINK, relay_load=-1)
+
+
 def test_cached_beyond_input_is_capped():
     assert facts(1000, 1024).uncached_tokens == 0
 
@@ -71,6 +80,7 @@ def test_cached_beyond_input_is_capped():
         ({"enable_relay": "yes"}, "enable_relay"),
         ({"anomaly_min_input_tokens": 0}, "anomaly_min_input_tokens"),
         ({"anomaly_max_output_tokens": -3}, "anomaly_max_output_tokens"),
+        ({"max_relay_load": 0.0}, "max_relay_load"),
     ],
 )
 def test_config_rejects_bad_values_naming_the_field(kwargs, flag):

@@ -11,10 +11,11 @@ from sglang_pdd.sim.runner import run_contender
 from sglang_pdd.sim.workload import AgenticWorkloadConfig, generate_agentic
 
 WORKLOAD = generate_agentic(
-    AgenticWorkloadConfig(duration_s=120.0, sessions_per_s=1.0, mean_turn_gap_s=5.0), seed=3
+    AgenticWorkloadConfig(duration_s=120.0, sessions_per_s=0.5, mean_turn_gap_s=5.0), seed=3
 )
-# A thin WAN so that many requests take the relay pipeline and hand off.
-SLOW_WAN = LinkConfig(bandwidth_gbps=10.0, rtt_s=0.03, jitter_s=0.02)
+# A WAN whose transfers are slow (2 Gbps per transfer) but not saturated, so that low-hit
+# requests take the relay pipeline and hand off.
+SLOW_WAN = LinkConfig(bandwidth_gbps=60.0, rtt_s=0.03, jitter_s=0.02, max_flow_gbps=2.0)
 
 
 def _pdd(mode: str):

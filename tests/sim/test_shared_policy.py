@@ -17,8 +17,8 @@ class RecordingPolicy(policy.PipelinePolicy):
         super().__init__(policy.PipelinePolicyConfig(relay_threshold_s=0.0))
         self.calls = []
 
-    def decide(self, facts, link):
-        decision = super().decide(facts, link)
+    def decide(self, facts, link, relay_load=0.0):
+        decision = super().decide(facts, link, relay_load)
         self.calls.append((facts, decision))
         return decision
 
