@@ -91,3 +91,12 @@ def test_a_hook_that_does_not_take_stops_the_process():
     assert result.returncode != 0
     assert "SHOULD NOT GET HERE" not in result.stdout
     assert "no_such_method_anywhere" in result.stderr
+
+
+def test_hook_record_document_is_current():
+    from pathlib import Path
+
+    result = subprocess.run([sys.executable, "-m", "sglang_pdd.cli", "hooks"],
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "hooks.md").read_text()
+    assert result.stdout.strip() in doc, "docs/hooks.md is stale: regenerate with sglang-pdd hooks"

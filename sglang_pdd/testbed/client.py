@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 from dataclasses import dataclass, field
 
 import requests
@@ -22,6 +23,8 @@ class GenerateResult:
     status: int
     body: dict
     chunks: list[dict] = field(default_factory=list)
+    ttft_s: float | None = None  # streaming: seconds until the first chunk carrying a token
+    latency_s: float = 0.0
 
     @property
     def output_ids(self) -> list[int]:
@@ -42,18 +45,23 @@ def iter_sse(response: requests.Response):
 def generate(url: str, body: dict, stream: bool = False, timeout: float = 600) -> GenerateResult:
     """POST ``body`` to ``url/generate``; streaming collects every chunk."""
     body = {**body, "stream": stream}
+    start = time.monotonic()
     with requests.post(f"{url}/generate", json=body, stream=stream, timeout=timeout) as resp:
         if resp.status_code != 200 or not stream:
             try:
                 payload = resp.json()
             except ValueError:
                 payload = {"raw": resp.text}
-            return GenerateResult(resp.status_code, payload)
-        chunks = list(iter_sse(resp))
+            return GenerateResult(resp.status_code, payload, latency_s=time.monotonic() - start)
+        chunks, ttft = [], None
+        for chunk in iter_sse(resp):
+            if ttft is None and chunk.get("output_ids"):
+                ttft = time.monotonic() - start
+            chunks.append(chunk)
     # SGLang's chunks are cumulative (text and output_ids so far), unless the server runs with
     # --incremental-streaming-output; the last chunk is the whole answer.
     final = dict(chunks[-1]) if chunks else {}
-    return GenerateResult(200, final, chunks)
+    return GenerateResult(200, final, chunks, ttft, time.monotonic() - start)
 
 
 def pd_generate(

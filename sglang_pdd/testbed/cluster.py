@@ -38,11 +38,13 @@ class PddClusterConfig:
 class PddCluster:
     """Started servers and URLs of one local PDD cluster."""
 
+    config: PddClusterConfig
     prefill: ServerProcess
     relay: ServerProcess
     main: ServerProcess
     main_via_wan: str  # Main-Decode's HTTP as seen from datacenter A
-    router: ServerProcess
+    control_via_wan: str  # Main-Decode's control socket as seen from datacenter A
+    router: ServerProcess | None = None
 
     @property
     def router_url(self) -> str:
@@ -86,14 +88,29 @@ def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 60
     ]  # fmt: skip
     for proxy in proxies:
         group.wait_ready(proxy, timeout=60, path=None)
-    main_via_wan = f"http://127.0.0.1:{http_port}"
-    router_port = free_port()
-    router = group.launch_command("router", _cli(
-        "router", "--prefill", prefill.url, "--relay", relay.url, "--main", main_via_wan,
-        "--main-control", f"tcp://127.0.0.1:{ctl_port}", "--port", str(router_port),
-        "--handoff-mode", cfg.handoff_mode, "--catchup-threshold", str(cfg.catchup_threshold),
-        "--catchup-chunk", str(cfg.catchup_chunk), "--relay-threshold-s",
-        str(cfg.relay_threshold_s), "--wan-bandwidth-mbps", str(cfg.wan.bandwidth_mbps),
-        "--wan-rtt-ms", str(2 * cfg.wan.one_way_delay_ms)), router_port)  # fmt: skip
+    cluster = PddCluster(cfg, prefill, relay, main, f"http://127.0.0.1:{http_port}",
+                         f"tcp://127.0.0.1:{ctl_port}")  # fmt: skip
+    cluster.router = start_router(group, cluster)
+    return cluster
+
+
+def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
+                 **overrides) -> ServerProcess:  # fmt: skip
+    """Start a(nother) router in front of ``cluster``; ``overrides`` replace config fields
+    (``handoff_mode``, ``catchup_threshold``, ``catchup_chunk``, ``relay_threshold_s``)."""
+    cfg = cluster.config
+    opts = {"handoff_mode": cfg.handoff_mode, "catchup_threshold": cfg.catchup_threshold,
+            "catchup_chunk": cfg.catchup_chunk, "relay_threshold_s": cfg.relay_threshold_s,
+            **overrides}  # fmt: skip
+    port = free_port()
+    router = group.launch_command(name, _cli(
+        "router", "--prefill", cluster.prefill.url, "--relay", cluster.relay.url,
+        "--main", cluster.main_via_wan, "--main-control", cluster.control_via_wan,
+        "--port", str(port), "--handoff-mode", opts["handoff_mode"],
+        "--catchup-threshold", str(opts["catchup_threshold"]),
+        "--catchup-chunk", str(opts["catchup_chunk"]),
+        "--relay-threshold-s", str(opts["relay_threshold_s"]),
+        "--wan-bandwidth-mbps", str(cfg.wan.bandwidth_mbps),
+        "--wan-rtt-ms", str(2 * cfg.wan.one_way_delay_ms)), port)  # fmt: skip
     group.wait_ready(router, timeout=120)
-    return PddCluster(prefill, relay, main, main_via_wan, router)
+    return router

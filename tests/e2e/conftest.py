@@ -18,13 +18,22 @@ def server_group(tmp_path_factory):
     group.stop()
 
 
+def _common(tiny_model) -> dict:
+    return dict(model_path=str(tiny_model), dtype=DTYPE, chunked_prefill_size=512)
+
+
 @pytest.fixture(scope="session")
-def pd_servers(server_group, tiny_model):
+def colocated(server_group, tiny_model):
+    """One plain (co-located) SGLang server: the reference every PD/PDD output must equal."""
+    return server_group.start(ServerSpec("colocated", **_common(tiny_model)))[0]
+
+
+@pytest.fixture(scope="session")
+def pd_servers(server_group, tiny_model, colocated):
     """(colocated, prefill, decode): one plain server and one SGLang PD pair over Mooncake TCP."""
-    common = dict(model_path=str(tiny_model), dtype=DTYPE, chunked_prefill_size=512)
-    return tuple(
+    common = _common(tiny_model)
+    return (colocated,) + tuple(
         server_group.start(
-            ServerSpec("colocated", **common),
             ServerSpec("prefill", role="prefill", extra_args=("--pdd-log-transfers",), **common),
             ServerSpec(
                 "decode",
@@ -34,3 +43,35 @@ def pd_servers(server_group, tiny_model):
             ),
         )
     )
+
+
+@pytest.fixture(scope="session")
+def pdd_cluster(server_group, tiny_model, colocated):
+    """P, RLD and MD (MD behind an emulated 8 Mbit/s, 100 ms link) and a One-Shot router."""
+    from sglang_pdd.testbed.cluster import PddClusterConfig, start_cluster
+    from sglang_pdd.transfer.wan_link import WanLinkConfig
+
+    cfg = PddClusterConfig(
+        model_path=str(tiny_model),
+        dtype=DTYPE,
+        wan=WanLinkConfig(bandwidth_mbps=8.0, one_way_delay_ms=100.0),
+        relay_threshold_s=0.0,  # every request takes P-RLD-MD
+    )
+    return start_cluster(server_group, cfg)
+
+
+@pytest.fixture(scope="session")
+def catchup_router(server_group, pdd_cluster):
+    """A second router on the same instances, handing off in Catch-Up mode."""
+    from sglang_pdd.testbed.cluster import start_router
+
+    return start_router(server_group, pdd_cluster, name="router-catchup",
+                        handoff_mode="catch-up", catchup_threshold=4, catchup_chunk=64)
+
+
+@pytest.fixture(scope="session")
+def main_only_router(server_group, pdd_cluster):
+    """A router that sends everything P-MD (its relay threshold is never reached)."""
+    from sglang_pdd.testbed.cluster import start_router
+
+    return start_router(server_group, pdd_cluster, name="router-p-md", relay_threshold_s=1e9)

@@ -1,0 +1,234 @@
+"""PDD end to end on real CPU servers: P -> RLD -> MD with token-ID handoff (issue 3)."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+import zmq
+
+from sglang_pdd.main_decode import RELAYED_RID_SUFFIX
+from sglang_pdd.testbed.client import generate, iter_sse
+from tests.e2e.prompts import make_prompt, varied_prompts
+
+pytestmark = pytest.mark.servers
+
+
+def _body(prompt: str, max_new_tokens: int) -> dict:
+    return {"text": prompt, "sampling_params": {"temperature": 0.0,
+                                                "max_new_tokens": max_new_tokens}}  # fmt: skip
+
+
+def _cases() -> list[tuple[str, int]]:
+    """20 prompts of varied lengths; short outputs (finish on RLD) and long ones (handoff)."""
+    budgets = [4, 160, 96, 8, 200, 128, 2, 64, 150, 120]
+    return [(p, budgets[i % len(budgets)]) for i, p in enumerate(varied_prompts(20, seed=11))]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
+def test_one_shot_matches_colocated(pdd_cluster, colocated, stream):
+    records = []
+    for prompt, budget in _cases():
+        expected = generate(colocated.url, _body(prompt, budget))
+        got = generate(pdd_cluster.router_url, _body(prompt, budget), stream=stream)
+        assert got.status == 200, got.body
+        assert got.output_ids == expected.output_ids
+        record = got.body["meta_info"]["pdd"]
+        assert record["pipeline"] == "P-RLD-MD"
+        assert record["relay_tokens"] + record["main_tokens"] == len(expected.output_ids)
+        assert got.body["meta_info"]["completion_tokens"] == len(expected.output_ids)
+        records.append(record)
+        if stream:
+            assert got.chunks[-1]["text"] == got.body["text"]
+            nonstream = generate(pdd_cluster.router_url, _body(prompt, budget))
+            assert nonstream.body["text"] == got.body["text"]
+    handed = [r for r in records if r["finished_on"] == "main"]
+    on_relay = [r for r in records if r["finished_on"] == "relay"]
+    # The cases cover both outcomes, and handoffs of different sizes.
+    assert handed and on_relay
+    assert all(r["handoff_tokens"] >= 1 and r["main_ready_s"] is not None for r in handed)
+    assert all(r["main_ready_s"] >= r["first_token_s"] for r in handed)
+    assert max(r["handoff_tokens"] for r in handed) >= 2 * min(r["handoff_tokens"] for r in handed)
+
+
+def test_catch_up_matches_colocated(catchup_router, colocated):
+    chunks = []
+    for stream in (False, True):
+        for prompt, budget in _cases()[:8]:
+            budget = max(budget, 120)
+            expected = generate(colocated.url, _body(prompt, budget))
+            got = generate(catchup_router.url, _body(prompt, budget), stream=stream)
+            assert got.status == 200, got.body
+            assert got.output_ids == expected.output_ids
+            chunks.append(got.body["meta_info"]["pdd"]["handoff_chunks"])
+    assert max(chunks) >= 2, "Catch-Up never handed off in more than one chunk"
+
+
+def test_p_md_pipeline_matches_colocated(main_only_router, colocated):
+    for prompt, budget in _cases()[:6]:
+        expected = generate(colocated.url, _body(prompt, budget))
+        got = generate(main_only_router.url, _body(prompt, budget))
+        assert got.output_ids == expected.output_ids
+        record = got.body["meta_info"]["pdd"]
+        assert record["pipeline"] == "P-MD" and record["relay_tokens"] == 0
+
+
+def test_second_turn_moves_only_the_delta_over_the_wan(pdd_cluster, colocated):
+    rng = random.Random(5)
+    turn1 = make_prompt(rng, 400)
+    first = generate(pdd_cluster.router_url, _body(turn1, 8))
+    turn2 = turn1 + first.body["text"] + " " + make_prompt(rng, 30)
+    second = generate(pdd_cluster.router_url, _body(turn2, 8))
+    r1, r2 = first.body["meta_info"]["pdd"], second.body["meta_info"]["pdd"]
+    assert r2["main_cached_tokens"] >= first.body["meta_info"]["prompt_tokens"] - 1
+    assert 0 < r2["wan_bytes"] < r1["wan_bytes"] / 4
+    assert second.output_ids == generate(colocated.url, _body(turn2, 8)).output_ids
+
+
+def _loads(url: str) -> dict:
+    data = requests.get(f"{url}/v1/loads", timeout=30).json()
+    loads = data["loads"] if isinstance(data, dict) and "loads" in data else data
+    entry = loads[0] if isinstance(loads, list) else loads
+    return entry
+
+
+def test_relay_holds_nothing_after_handoff(pdd_cluster):
+    relay = pdd_cluster.relay.url
+    idle = _loads(relay)
+    assert idle["num_running_reqs"] == 0
+    body = {**_body(make_prompt(random.Random(9), 700), 400), "stream": True}
+    checked = False
+    with requests.post(pdd_cluster.router_url + "/generate", json=body, stream=True,
+                       timeout=600) as resp:  # fmt: skip
+        for chunk in iter_sse(resp):
+            record = chunk["meta_info"]["pdd"]
+            if record["main_tokens"] > 0 and not checked:
+                time.sleep(0.5)  # RLD ends the request after at most one more decode step
+                during = _loads(relay)
+                assert during["num_running_reqs"] == 0
+                assert during["num_used_tokens"] == idle["num_used_tokens"]
+                checked = True
+    assert checked, "the request never reached Main-Decode"
+
+
+def _wait_idle(url: str, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        load = _loads(url)
+        quiet = load["num_running_reqs"] == 0 and load.get("num_waiting_reqs", 0) == 0
+        if quiet or time.monotonic() > deadline:
+            return load
+        time.sleep(0.5)
+
+
+def test_client_disconnect_aborts_everywhere(pdd_cluster):
+    body = {**_body(make_prompt(random.Random(3), 900), 2000), "stream": True}
+    resp = requests.post(pdd_cluster.router_url + "/generate", json=body, stream=True, timeout=60)
+    lines = resp.iter_lines()
+    seen = 0
+    for raw in lines:
+        if raw.startswith(b"data:"):
+            seen += 1
+            if seen == 5:
+                break
+    resp.close()  # the client goes away mid-stream
+    for server in (pdd_cluster.prefill, pdd_cluster.relay, pdd_cluster.main):
+        load = _wait_idle(server.url)
+        assert load["num_running_reqs"] == 0, (server.spec.name, load)
+        # flush_cache succeeds only when nothing holds KV (MD counts parked requests as busy).
+        deadline = time.monotonic() + 60
+        while requests.post(server.url + "/flush_cache", timeout=30).status_code != 200:
+            assert time.monotonic() < deadline, f"{server.spec.name} still holds the request"
+            time.sleep(0.5)
+        assert _loads(server.url)["num_used_tokens"] == 0, server.spec.name
+
+
+def test_bad_input_gets_sglang_errors_and_cluster_keeps_serving(pdd_cluster, colocated):
+    router = pdd_cluster.router_url
+    for url in (colocated.url, router):
+        assert requests.post(url + "/generate", data=b"{oops", timeout=60).status_code == 400
+    too_long = {"input_ids": [5] * 9000, "sampling_params": {"max_new_tokens": 4}}
+    plain = requests.post(colocated.url + "/generate", json=too_long, timeout=120)
+    via_pdd = requests.post(router + "/generate", json=too_long, timeout=120)
+    assert plain.status_code >= 400 and via_pdd.status_code == plain.status_code
+    assert "context" in via_pdd.text.lower() or "length" in via_pdd.text.lower()
+    ok = generate(router, _body("still serving", 6))
+    assert ok.status == 200 and len(ok.output_ids) == 6
+
+
+def test_openai_endpoints(pdd_cluster, colocated):
+    router = pdd_cluster.router_url
+    assert requests.get(router + "/v1/models", timeout=30).json()["data"]
+    assert requests.get(router + "/health", timeout=60).status_code == 200
+    assert requests.get(router + "/health_generate", timeout=120).status_code == 200
+    assert requests.get(router + "/get_model_info", timeout=30).json()["model_path"]
+    assert "pdd_router" in requests.get(router + "/get_server_info", timeout=30).json()
+    chat = {"messages": [{"role": "user", "content": "relay the cache"}], "max_tokens": 30,
+            "temperature": 0}  # fmt: skip
+    ours = requests.post(router + "/v1/chat/completions", json=chat, timeout=300).json()
+    theirs = requests.post(colocated.url + "/v1/chat/completions", json=chat, timeout=300).json()
+    assert ours["choices"][0]["message"]["content"] == theirs["choices"][0]["message"]["content"]
+    assert ours["usage"]["completion_tokens"] == theirs["usage"]["completion_tokens"]
+    with requests.post(router + "/v1/chat/completions", json={**chat, "stream": True},
+                       stream=True, timeout=300) as resp:  # fmt: skip
+        pieces = [c["choices"][0]["delta"].get("content", "") for c in iter_sse(resp)]
+    assert "".join(pieces) == theirs["choices"][0]["message"]["content"]
+    comp = {"prompt": "model cache", "max_tokens": 12, "temperature": 0}
+    ours = requests.post(router + "/v1/completions", json=comp, timeout=300).json()
+    theirs = requests.post(colocated.url + "/v1/completions", json=comp, timeout=300).json()
+    assert ours["choices"][0]["text"] == theirs["choices"][0]["text"]
+
+
+def test_handoff_of_a_single_token_through_the_control_socket(pdd_cluster, colocated):
+    """Drive MD's control protocol directly: hand off after exactly one token (P's)."""
+    from sglang_pdd.testbed.client import pd_generate  # noqa: F401 - same bootstrap fields
+
+    prompt, budget = make_prompt(random.Random(21), 500), 40
+    expected = generate(colocated.url, _body(prompt, budget)).output_ids
+    prefill = pdd_cluster.prefill
+    rid = f"single{random.getrandbits(32)}{RELAYED_RID_SUFFIX}"
+    room = random.getrandbits(63)
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.connect(pdd_cluster.control_via_wan)
+    try:
+        sock.send(json.dumps({"op": "watch", "rid": rid}).encode())
+        sub = {**_body(prompt, budget), "bootstrap_host": "127.0.0.1",
+               "bootstrap_port": prefill.bootstrap_port, "bootstrap_room": room}  # fmt: skip
+        import threading
+
+        threading.Thread(target=requests.post, args=(prefill.url + "/generate",),
+                         kwargs={"json": {**sub, "rid": rid + ".p"}}, daemon=True).start()
+        out = {}
+        main = threading.Thread(target=lambda: out.setdefault("r", generate(
+            pdd_cluster.main_via_wan, {**sub, "rid": rid})), daemon=True)  # fmt: skip
+        main.start()
+        assert sock.poll(120_000), "Main-Decode never reported the KV"
+        ready = json.loads(sock.recv())
+        assert ready["event"] == "ready" and ready["received_tokens"] > 0
+        sock.send(json.dumps({"op": "handoff", "rid": rid, "token_ids": expected[:1]}).encode())
+        main.join(300)
+        assert out["r"].output_ids == expected
+    finally:
+        sock.close()
+
+
+def test_contradictory_flags_are_refused(tiny_model):
+    cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(tiny_model),
+           "--pdd-role", "relay", "--disaggregation-mode", "prefill"]  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                            env={**__import__("os").environ, "SGLANG_USE_CPU_ENGINE": "1"})
+    assert result.returncode != 0
+    assert "--pdd-role relay needs --disaggregation-mode decode" in result.stderr
+
+
+def test_flags_are_in_launch_server_help():
+    result = subprocess.run([sys.executable, "-m", "sglang.launch_server", "--help"],
+                            capture_output=True, text=True, timeout=300,
+                            env={**__import__("os").environ, "SGLANG_USE_CPU_ENGINE": "1"})
+    for flag in ("--pdd-role", "--pdd-wan-hosts", "--pdd-control-port"):
+        assert flag in result.stdout
