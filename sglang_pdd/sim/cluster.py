@@ -33,6 +33,9 @@ from sglang_pdd.sim.instances import DecodeInstance, PrefillInstance
 from sglang_pdd.sim.link import FairShareLink
 from sglang_pdd.sim.workload import Request
 
+# How often RLD re-checks whether MD has room before stopping for a handoff (seconds).
+HANDOFF_RETRY_S = 0.1
+
 
 @dataclass
 class RequestRecord:
@@ -252,6 +255,10 @@ class ClusterSim:
                 self.env.timeout(busy).callbacks.append(lambda _e: self._handoff(rid))
 
             self.env.timeout(one_way).callbacks.append(lambda _e: chunk_arrives())
+            return
+        if not main.can_admit(req.output_tokens - made, req.input_tokens + made):
+            # MD has no room yet: RLD keeps streaming rather than stopping into a stall.
+            self.env.timeout(HANDOFF_RETRY_S).callbacks.append(lambda _e: self._handoff(rid))
             return
         made = relay.stop(rid)
         rec.relay_tokens = made

@@ -258,6 +258,17 @@ class DecodeInstance:
         first = max(now, self._stall_until) + self.perf.decode_step_time(n, ctx)
         w.on_start(w.rid, first)
 
+    def can_admit(self, tokens: int, context: int) -> bool:
+        """Whether a request would start decoding now rather than queue."""
+        if self._waiting:
+            return False
+        if not self._members:
+            return True
+        return (
+            len(self._members) < self.max_batch
+            and self._reserved_kv + context + tokens <= self.kv_capacity
+        )
+
     def cancel_waiting(self, rid: int) -> bool:
         """Withdraw a request still queued for admission; False if it is not queued."""
         for i, w in enumerate(self._waiting):
