@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sglang_pdd.sim.config import ClusterSpec, SimConfig
-from sglang_pdd.sim.metrics import ContenderResult
+from sglang_pdd.sim.metrics import ContenderResult, meets_sla
 from sglang_pdd.sim.runner import run_contender
 from sglang_pdd.sim.workload import Request
 
@@ -38,20 +38,20 @@ def max_sustainable_load(
     min_attainment: float = 0.9,
     iterations: int = 6,
 ) -> CapacityResult:
-    """Bisect the load parameter (e.g. sessions/s) for the largest one meeting min_attainment.
+    """Bisect the load parameter (e.g. sessions/s) for the largest feasible one (``meets_sla``).
 
     Assumes attainment falls as load rises. Returns load 0 and no result if even ``low`` fails.
     """
     best = CapacityResult(0.0, None)
     res, _ = run_contender(spec, config, workload_at(low))
-    if res.summary["sla_attainment"] < min_attainment:
+    if not meets_sla(res.summary, config.sla, min_attainment):
         return best
     best = CapacityResult(low, res)
     lo, hi = low, high
     for _ in range(iterations):
         mid = (lo + hi) / 2
         res, _ = run_contender(spec, config, workload_at(mid))
-        if res.summary["sla_attainment"] >= min_attainment:
+        if meets_sla(res.summary, config.sla, min_attainment):
             lo, best = mid, CapacityResult(mid, res)
         else:
             hi = mid

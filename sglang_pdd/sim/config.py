@@ -48,16 +48,24 @@ class PoolSpec:
 
 @dataclass(frozen=True)
 class SlaConfig:
-    """A request meets the SLA when its TTFT and its mean inter-token latency are within bounds."""
+    """A request meets the SLA when its TTFT and its mean inter-token latency are within bounds.
+
+    p99_ttft_s: optional tail bound for a whole run (0 = none): a plan whose TTFT P99 exceeds
+        it is infeasible however many requests meet the per-request SLA.
+    """
 
     ttft_s: float = 10.0
     itl_s: float = 0.1
+    p99_ttft_s: float = 0.0
 
     def __post_init__(self) -> None:
         for f in ("ttft_s", "itl_s"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 raise ValueError(f"sla.{f} must be a number > 0, got {v!r}")
+        v = self.p99_ttft_s
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+            raise ValueError(f"sla.p99_ttft_s must be a number >= 0 (0 = none), got {v!r}")
 
 
 @dataclass(frozen=True)

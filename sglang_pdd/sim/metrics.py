@@ -33,6 +33,13 @@ def weighted_percentile(hist: dict[float, float], pct: float) -> float:
     return max(hist)
 
 
+def meets_sla(summary: dict, sla, min_attainment: float) -> bool:
+    """Whether a run is feasible: enough requests meet the SLA and the TTFT tail bound holds."""
+    if summary["sla_attainment"] < min_attainment:
+        return False
+    return not (sla.p99_ttft_s > 0 and summary["ttft_s"]["p99"] > sla.p99_ttft_s)
+
+
 def _pcts(values: list[float]) -> dict[str, float]:
     return {f"p{p}": round(percentile(values, p), 4) for p in PCTS}
 
@@ -125,7 +132,7 @@ def summarize(
         "step_time_s": {f"p{p}": weighted_percentile(step_hist, p) for p in PCTS},
         "e2e_s": _pcts(e2e),
         "handoff_gap_s": _pcts(gaps),
-        "sla": {"ttft_s": sla.ttft_s, "itl_s": sla.itl_s},
+        "sla": {"ttft_s": sla.ttft_s, "itl_s": sla.itl_s, "p99_ttft_s": sla.p99_ttft_s},
         "sla_attainment": good / n if n else 0.0,
         "goodput_rps": goodput,
         "offered_rps": n / span if n else 0.0,

@@ -83,7 +83,8 @@ def test_config_rejects_unknown_keys_and_bad_values(tmp_path):
 def test_parse_sla():
     assert parse_sla("ttft=5,itl=0.05").itl_s == 0.05
     assert parse_sla("7").ttft_s == 7.0
-    with pytest.raises(ValueError, match="ttft and itl"):
+    assert parse_sla("ttft=5,p99=30").p99_ttft_s == 30.0
+    with pytest.raises(ValueError, match="ttft, itl and p99"):
         parse_sla("tpot=1")
 
 

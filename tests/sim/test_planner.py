@@ -54,6 +54,18 @@ def test_cheaper_chip_of_equal_speed_wins():
     assert best.result.summary["cost_per_hour"] == pytest.approx(5.0)
 
 
+def test_tail_bound_makes_a_plan_infeasible():
+    # With 2 prefill instances half the burst meets the per-request SLA, but the last request
+    # waits two prefills: a P99 bound below its TTFT rules the plan out.
+    s = spec("same-dc", prefill=2)
+    loose = Planner(config(s, sla=SLA), BURST, 0.5, PlanBounds(8, 4, 1))
+    assert loose.feasible(s)
+    tight_sla = SlaConfig(ttft_s=0.13, itl_s=1.0, p99_ttft_s=0.13)
+    tight = Planner(config(s, sla=tight_sla), BURST, 0.5, PlanBounds(8, 4, 1))
+    assert not tight.feasible(s)
+    assert tight.smallest_feasible(s, "prefill", 1, 8).prefill.count == 4
+
+
 def test_infeasible_bounds_report_no_plan():
     s = spec("same-dc")
     planner = Planner(config(s, sla=SLA), BURST, 1.0, PlanBounds(2, 2, 1))
