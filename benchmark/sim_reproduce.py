@@ -184,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         f"({stats.requests / args.duration:.1f} rps), mean input {stats.mean_input:.0f}, mean "
         f"output {stats.mean_output:.0f}, mean hit {stats.mean_hit * 100:.1f}%, "
         f"{stats.frac_hit_over_95 * 100:.0f}% of requests hit > 95%; SLA TTFT <= "
-        f"{base.sla.ttft_s:g} s, mean ITL <= {base.sla.itl_s * 1000:.0f} ms, 90% of requests"
+        f"{base.sla.ttft_s:g} s, mean ITL <= {base.sla.itl_s * 1000:.0f} ms, 90% of requests, "
+        f"TTFT P99 <= {base.sla.p99_ttft_s:g} s"
     )
     t = {k: v["ttft_s"] for k, v in runs.items()}
     rows = [
