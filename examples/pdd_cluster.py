@@ -52,14 +52,17 @@ def start_baseline(group: ServerGroup, cluster, model: str, cfg: PddClusterConfi
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model-path", default=None,
-                        help="model to serve (default: a generated 2-layer model)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--model-path", default=None, help="model to serve (default: a generated 2-layer model)"
+    )
     parser.add_argument("--conversations", type=int, default=3)
     parser.add_argument("--turns", type=int, default=3)
-    parser.add_argument("--context-words", type=int, default=1200,
-                        help="words in each conversation's first message")
+    parser.add_argument(
+        "--context-words", type=int, default=1200, help="words in each conversation's first message"
+    )
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--wan-mbps", type=float, default=8.0)
     parser.add_argument("--wan-delay-ms", type=float, default=100.0)
@@ -84,8 +87,10 @@ def main(argv: list[str] | None = None) -> int:
         cluster = start_cluster(group, cfg)
         baseline_decode = start_baseline(group, cluster, model, cfg)
         prefill = cluster.prefill
-        header = (f"{'conv':>4} {'turn':>4} {'prompt':>6} | {'PDD ttft':>8} {'base ttft':>9} | "
-                  f"{'relay':>5} {'main':>4} {'ready_s':>7} {'handoff_s':>9} {'wan_KB':>7} same")
+        header = (
+            f"{'conv':>4} {'turn':>4} {'prompt':>6} | {'PDD ttft':>8} {'base ttft':>9} | "
+            f"{'relay':>5} {'main':>4} {'ready_s':>7} {'handoff_s':>9} {'wan_KB':>7} same"
+        )
         print(header)
         print("-" * len(header))
         for conv in range(args.conversations):
@@ -117,11 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     relay = sum(r[2]["relay_tokens"] for r in rows)
     total = relay + sum(r[2]["main_tokens"] for r in rows)
     print()
-    print(f"requests: {len(rows)}; identical outputs PDD vs baseline: "
-          f"{sum(r[3] for r in rows)}/{len(rows)}")
-    print(f"TTFT median: PDD {statistics.median(pdd_ttft):.3f}s, SGLang cross-DC PD "
-          f"{statistics.median(base_ttft):.3f}s, ratio PDD/PD "
-          f"{statistics.median(pdd_ttft) / statistics.median(base_ttft):.2f}")
+    print(
+        f"requests: {len(rows)}; identical outputs PDD vs baseline: "
+        f"{sum(r[3] for r in rows)}/{len(rows)}"
+    )
+    print(
+        f"TTFT median: PDD {statistics.median(pdd_ttft):.3f}s, SGLang cross-DC PD "
+        f"{statistics.median(base_ttft):.3f}s, ratio PDD/PD "
+        f"{statistics.median(pdd_ttft) / statistics.median(base_ttft):.2f}"
+    )
     print(f"TTFT max:    PDD {max(pdd_ttft):.3f}s, SGLang cross-DC PD {max(base_ttft):.3f}s")
     print(f"output tokens made by RLD: {relay}/{total} ({100 * relay / max(total, 1):.1f}%)")
     print(f"logs: {workdir / 'logs'}")

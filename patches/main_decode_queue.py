@@ -15,7 +15,8 @@ RECORD = PatchRecord(
     how=(
         "On a --pdd-role main scheduler, after SGLang moved transferred requests to the waiting "
         "queue: move relayed ones (rid suffix .pdd-relayed) into the parked set and announce "
-        "them on the control socket, read control messages, and run one extend batch for all "
+        "them on the control socket, read control messages, end parked requests that finished "
+        "on Relay-Decode (SGLang's abort caches their KV), and run one extend batch for all "
         "parked requests whose handoff arrived (sglang_pdd.main_decode.extend). With only "
         "parked work pending, wait on the control socket briefly instead of spinning."
     ),
@@ -35,10 +36,9 @@ def hook(result, self, *args, **kwargs):
     from sglang_pdd.main_decode.extend import run_handoff_extend
 
     state.park_arrivals(self)
-    idle_but_parked = (
-        state.parked and self.running_batch.is_empty() and not self.waiting_queue
-    )
+    idle_but_parked = state.parked and self.running_batch.is_empty() and not self.waiting_queue
     state.poll_control(timeout_ms=2 if idle_but_parked else 0)
+    state.release_finished(self)
     ready = state.take_ready_handoffs()
     if ready:
         refused = run_handoff_extend(self, ready)

@@ -17,8 +17,9 @@ RECORD = PatchRecord(
     ),
     how=(
         "Before the scheduler is built, install server_args._pdd as the process's config; "
-        "after, give a Main-Decode scheduler its MainDecodeState (control socket), and log one line naming the pid and the hooks applied in this "
-        "process, and whether the sgl_kernel stand-in is active."
+        "after, give a Main-Decode scheduler its MainDecodeState (control socket), and log "
+        "one line naming the pid, the role, the hooks applied in this process, and whether "
+        "the sgl_kernel stand-in is active."
     ),
     remove_when="SGLang passes plugin configuration to scheduler processes itself.",
 )

@@ -2,9 +2,12 @@
 
 Router -> Main-Decode:
   {"op": "watch", "rid": R}              send me R's events
-  {"op": "handoff", "rid": R, "token_ids": [...]}
+  {"op": "handoff", "rid": R, "token_ids": [...], "final": bool}
                                          the tokens the client already has (P's first token and
-                                         Relay-Decode's); extend over them and decode on
+                                         Relay-Decode's); extend over them and decode on (final)
+                                         or only build their KV and stay parked (Catch-Up chunk)
+  {"op": "release", "rid": R}            R finished on Relay-Decode: let its KV land, keep it
+                                         in the radix cache, and end the request
 Main-Decode -> router (to the peer that sent "watch"):
   {"event": "ready", "rid": R, "t": unix_time, "prompt_tokens": n, "received_tokens": n,
    "cached_tokens": n, "kv_bytes": n}      R's KV has arrived; R is parked
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import json
 
-OPS = ("watch", "handoff")
+OPS = ("watch", "handoff", "release")
 
 
 def encode(message: dict) -> bytes:

@@ -26,6 +26,7 @@ class MainDecodeState:
         self.watchers: dict[str, bytes] = {}  # rid -> ZeroMQ identity of the router
         # rid -> (token ids, final), waiting for the KV or for the scheduler's next iteration.
         self.handoffs: dict[str, tuple[list[int], bool]] = {}
+        self.releases: set[str] = set()  # finished on Relay-Decode: end once the KV is in
         logger.info("sglang-pdd: Main-Decode control socket on port %d", control_port)
 
     # -- control socket -------------------------------------------------------------------
@@ -53,6 +54,8 @@ class MainDecodeState:
                 self.watchers[rid] = identity
                 if rid in self.parked:
                     self._send(rid, self._ready_event(self.parked[rid]))
+            elif message["op"] == "release":
+                self.releases.add(rid)
             else:
                 self.handoffs[rid] = (list(message["token_ids"]), bool(message.get("final", True)))
 
@@ -98,6 +101,17 @@ class MainDecodeState:
             self.parked_at.pop(rid, None)
             self.handoffs.pop(rid, None)
             self.watchers.pop(rid, None)
+        for rid in [r for r in self.releases if abort_all or r.startswith(rid_prefix)]:
+            self.releases.discard(rid)
+
+    def release_finished(self, scheduler) -> None:
+        """End parked requests that finished on Relay-Decode, through SGLang's own abort, which
+        inserts their prompt KV into the radix cache: MD's cache stays as warm as P's."""
+        from sglang.srt.managers.io_struct import AbortReq
+
+        for rid in [r for r in self.releases if r in self.parked]:
+            self.releases.discard(rid)
+            scheduler.abort_request(AbortReq(rid=rid))  # our abort hook unparks it first
 
     def take_ready_handoffs(self) -> list[tuple[object, list[int], bool]]:
         """Parked requests whose handoff has arrived: ``(req, token_ids, final)``.

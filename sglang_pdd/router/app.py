@@ -60,7 +60,6 @@ class _Run:
             async for event in self.run.events():
                 if isinstance(event, Finished):
                     self.finished = event
-                    self.text.flush()
                     logger.info("pdd-record rid=%s %s", self.rid,
                                 json.dumps(event.record.as_dict()))  # fmt: skip
                 yield event
@@ -107,8 +106,14 @@ async def generate(request: web.Request) -> web.StreamResponse:
                 reason = None
             else:
                 reason = event.finish_reason
-            await _sse(resp, {"text": run.text.sent if reason is None else run.text.full(),
-                              "output_ids": list(run.text.ids), "meta_info": run.meta(reason)})
+            await _sse(
+                resp,
+                {
+                    "text": run.text.sent if reason is None else run.text.full(),
+                    "output_ids": list(run.text.ids),
+                    "meta_info": run.meta(reason),
+                },
+            )
         await _sse(resp, "[DONE]")
     except _DISCONNECTED:
         await events.aclose()

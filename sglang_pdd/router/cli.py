@@ -22,19 +22,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--handoff-mode", default="one-shot", choices=HANDOFF_MODES)
-    p.add_argument("--catchup-threshold", type=int, default=64,
-                   help="Catch-Up: hand over in chunks while the backlog exceeds this")
+    p.add_argument(
+        "--catchup-threshold",
+        type=int,
+        default=64,
+        help="Catch-Up: hand over in chunks while the backlog exceeds this",
+    )
     p.add_argument("--catchup-chunk", type=int, default=64, help="Catch-Up chunk size (tokens)")
-    p.add_argument("--relay-threshold-s", type=float, default=1.0,
-                   help="use P-RLD-MD when MD's estimated KV arrival exceeds this (0: always)")
+    p.add_argument(
+        "--relay-threshold-s",
+        type=float,
+        default=1.0,
+        help="use P-RLD-MD when MD's estimated KV arrival exceeds this (0: always)",
+    )
     p.add_argument("--no-relay", action="store_true", help="P-MD only (no Relay-Decode)")
-    p.add_argument("--no-anomaly-filter", action="store_true",
-                   help="never finish long-input/short-output requests on Relay-Decode alone")
-    p.add_argument("--wan-bandwidth-mbps", type=float, default=100.0,
-                   help="WAN bandwidth the pipeline policy assumes")
+    p.add_argument(
+        "--no-anomaly-filter",
+        action="store_true",
+        help="never finish long-input/short-output requests on Relay-Decode alone",
+    )
+    p.add_argument(
+        "--wan-bandwidth-mbps",
+        type=float,
+        default=100.0,
+        help="WAN bandwidth the pipeline policy assumes",
+    )
     p.add_argument("--wan-rtt-ms", type=float, default=40.0, help="WAN RTT the policy assumes")
-    p.add_argument("--tokenizer-path", default=None,
-                   help="tokenizer to use (default: the servers' model path)")
+    p.add_argument(
+        "--tokenizer-path", default=None, help="tokenizer to use (default: the servers' model path)"
+    )
     p.add_argument("--log-level", default="info")
     return p
 

@@ -54,6 +54,10 @@ class MainControlClient:
         """Hand the tokens the client already has to Main-Decode (``final``: RLD stops)."""
         await self._send({"op": "handoff", "rid": rid, "token_ids": token_ids, "final": final})
 
+    async def release(self, rid: str) -> None:
+        """``rid`` finished on Relay-Decode: MD keeps its KV (when it lands) and ends it."""
+        await self._send({"op": "release", "rid": rid})
+
     def forget(self, rid: str) -> None:
         self._queues.pop(rid, None)
 

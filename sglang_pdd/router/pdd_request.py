@@ -17,7 +17,7 @@ import random
 import time
 
 from sglang_pdd.main_decode import RELAYED_RID_SUFFIX
-from sglang_pdd.policy import PIPELINE_P_MD, PIPELINE_P_RLD, PIPELINE_P_RLD_MD
+from sglang_pdd.policy import PIPELINE_P_MD, PIPELINE_P_RLD
 from sglang_pdd.router.record import Finished, PddRecord, TokenDelta
 from sglang_pdd.router.upstream import UpstreamError, abort, post_json, stream_sse
 
@@ -65,8 +65,18 @@ class PddRequestRun:
 
     def _stream_into_queue(self, url: str, body: dict) -> asyncio.Queue:
         queue: asyncio.Queue = asyncio.Queue()
-        self._spawn(_pump(stream_sse(self.router.session, f"{url}/generate", body), queue))
+        queue.task = self._spawn(
+            _pump(stream_sse(self.router.session, f"{url}/generate", body), queue)
+        )
         return queue
+
+    def _detach(self, *tasks: asyncio.Task) -> None:
+        """Let ``tasks`` run to their end after this request is answered (not cancelled)."""
+        for task in tasks:
+            if task in self._tasks:
+                self._tasks.remove(task)
+            self.router.background.add(task)
+            task.add_done_callback(self.router.background.discard)
 
     def _delta(self, token_ids: list[int], source: str) -> TokenDelta:
         if self.record.first_token_s is None and token_ids:
@@ -171,10 +181,12 @@ class PddRequestRun:
                     if kind == "prefill":
                         if main_q is None:
                             # P's KV for room 1 is out; room 2 is now a radix hit on P.
-                            self._spawn(post_json(session, f"{self.prefill_url}/generate",
-                                                  self._sub_body(self.rid + ".p2", room2)))  # fmt: skip
+                            prefill2 = self._spawn(post_json(
+                                session, f"{self.prefill_url}/generate",
+                                self._sub_body(self.rid + ".p2", room2)))  # fmt: skip
                             main_q = self._stream_into_queue(
-                                self.main.url, self._sub_body(main_rid, room2))
+                                self.main.url, self._sub_body(main_rid, room2)
+                            )
                     elif kind == "relay":
                         if value is _END:
                             raise UpstreamError(502, {"error": {"message": "relay stream ended"}})
@@ -184,13 +196,19 @@ class PddRequestRun:
                             continue
                         ids = value["output_ids"]
                         if len(ids) > len(relay_ids):
-                            yield self._delta(ids[len(relay_ids):], "relay")
+                            yield self._delta(ids[len(relay_ids) :], "relay")
                             relay_ids = list(ids)
                         if value["meta_info"].get("finish_reason"):
-                            # Finished on RLD before MD took over: release MD's parked request
-                            # (its KV still lands in MD's radix cache).
+                            # Finished on RLD before MD took over: MD lets the KV land, keeps it
+                            # in its radix cache (aligned with P's) and ends the request.
                             self.record.finished_on = "relay"
-                            await abort(session, self.main.url, main_rid)
+                            if main_q is None:
+                                await abort(session, self.main.url, main_rid)
+                            else:
+                                # P's second send and MD's request must live on (cancelling
+                                # either would abort the transfer).
+                                await control.release(main_rid)
+                                self._detach(prefill2, main_q.task)
                             yield Finished(value["meta_info"]["finish_reason"],
                                            self.prompt_tokens, self.record)  # fmt: skip
                             return

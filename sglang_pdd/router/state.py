@@ -39,6 +39,7 @@ class RouterState:
         self.tokenizer = None
         self.kv_bytes_per_token = 0
         self.active_relays = 0
+        self.background: set = set()  # sub-requests outliving their client request
         self._rr = {role: itertools.count() for role in ("prefill", "relay", "main")}
 
     async def start(self) -> None:

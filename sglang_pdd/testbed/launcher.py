@@ -123,8 +123,10 @@ def build_command(spec: ServerSpec, port: int, nccl_port: int, bootstrap_port: i
         ]  # fmt: skip
     if spec.role == "prefill":
         cmd += ["--disaggregation-bootstrap-port", str(bootstrap_port)]
-    if spec.role == "decode" and spec.cpu and "--disaggregation-decode-retraction-backup" not in (
-        spec.extra_args
+    if (
+        spec.role == "decode"
+        and spec.cpu
+        and "--disaggregation-decode-retraction-backup" not in (spec.extra_args)
     ):
         # The default host-pool backup sizes itself from free host memory with a 10 GiB
         # reserve and refuses to start on a small machine running several servers.

@@ -168,9 +168,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--intermediate", type=int, default=defaults.intermediate)
     parser.add_argument("--max-positions", type=int, default=defaults.max_positions)
     parser.add_argument("--init-std", type=float, default=defaults.init_std)
-    parser.add_argument(
-        "--attention-sharpness", type=float, default=defaults.attention_sharpness
-    )
+    parser.add_argument("--attention-sharpness", type=float, default=defaults.attention_sharpness)
     parser.add_argument("--logit-scale", type=float, default=defaults.logit_scale)
     parser.add_argument("--seed", type=int, default=defaults.seed)
     args = parser.parse_args(argv)

@@ -65,8 +65,14 @@ def catchup_router(server_group, pdd_cluster):
     """A second router on the same instances, handing off in Catch-Up mode."""
     from sglang_pdd.testbed.cluster import start_router
 
-    return start_router(server_group, pdd_cluster, name="router-catchup",
-                        handoff_mode="catch-up", catchup_threshold=4, catchup_chunk=64)
+    return start_router(
+        server_group,
+        pdd_cluster,
+        name="router-catchup",
+        handoff_mode="catch-up",
+        catchup_threshold=4,
+        catchup_chunk=64,
+    )
 
 
 @pytest.fixture(scope="session")

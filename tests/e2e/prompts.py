@@ -19,6 +19,7 @@ def varied_prompts(count: int = 20, seed: int = 7, long_every: int = 5) -> list[
     rng = random.Random(seed)
     prompts = []
     for i in range(count):
-        n_words = rng.randint(1500, 1800) if i % long_every == long_every - 1 else rng.randint(3, 300)
+        long = i % long_every == long_every - 1
+        n_words = rng.randint(1500, 1800) if long else rng.randint(3, 300)
         prompts.append(make_prompt(rng, n_words))
     return prompts

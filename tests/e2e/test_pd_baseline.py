@@ -51,7 +51,7 @@ def test_pd_matches_colocated_token_for_token(pd_servers, stream):
         assert len(got.output_ids) == GREEDY["max_new_tokens"]
         if stream:
             assert len(got.chunks) > 1
-            for earlier, later in zip(got.chunks, got.chunks[1:]):
+            for earlier, later in zip(got.chunks, got.chunks[1:], strict=False):
                 ids = later["output_ids"]
                 assert ids[: len(earlier["output_ids"])] == earlier["output_ids"]
             assert got.chunks[-1]["text"] == expected.body["text"]

@@ -81,13 +81,38 @@ def test_p_md_pipeline_matches_colocated(main_only_router, colocated):
 def test_second_turn_moves_only_the_delta_over_the_wan(pdd_cluster, colocated):
     rng = random.Random(5)
     turn1 = make_prompt(rng, 400)
-    first = generate(pdd_cluster.router_url, _body(turn1, 8))
+    # Turn 1 finishes on Relay-Decode (4 tokens): Main-Decode must still end up holding its KV.
+    first = generate(pdd_cluster.router_url, _body(turn1, 4))
+    assert first.body["meta_info"]["pdd"]["finished_on"] == "relay"
+    _wait_transfers_done(pdd_cluster.main.url)
     turn2 = turn1 + first.body["text"] + " " + make_prompt(rng, 30)
-    second = generate(pdd_cluster.router_url, _body(turn2, 8))
-    r1, r2 = first.body["meta_info"]["pdd"], second.body["meta_info"]["pdd"]
+    second = generate(pdd_cluster.router_url, _body(turn2, 200))
+    r2 = second.body["meta_info"]["pdd"]
+    assert r2["finished_on"] == "main"
     assert r2["main_cached_tokens"] >= first.body["meta_info"]["prompt_tokens"] - 1
-    assert 0 < r2["wan_bytes"] < r1["wan_bytes"] / 4
-    assert second.output_ids == generate(colocated.url, _body(turn2, 8)).output_ids
+    full = second.body["meta_info"]["prompt_tokens"] * pdd_cluster_kv_bytes(pdd_cluster)
+    assert 0 < r2["wan_bytes"] < full / 4
+    assert second.output_ids == generate(colocated.url, _body(turn2, 200)).output_ids
+
+
+def pdd_cluster_kv_bytes(cluster) -> int:
+    """KV bytes per token of the float32 tiny model (2 layers, 2 KV heads, head_dim 16)."""
+    info = json.loads((__import__("pathlib").Path(cluster.config.model_path)
+                       / "tiny_model.json").read_text())  # fmt: skip
+    return info["kv_bytes_per_token_bf16"] * 2
+
+
+def _wait_transfers_done(url: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        disagg = _loads(url).get("disaggregation") or {}
+        if not disagg.get("decode_prealloc_queue_reqs") and not disagg.get(
+            "decode_transfer_queue_reqs"
+        ):
+            time.sleep(1.0)  # the release itself runs on MD's next scheduler iteration
+            return
+        time.sleep(0.3)
+    raise AssertionError("Main-Decode still receiving KV")
 
 
 def _loads(url: str) -> dict:
@@ -201,8 +226,12 @@ def test_handoff_of_a_single_token_through_the_control_socket(pdd_cluster, coloc
                "bootstrap_port": prefill.bootstrap_port, "bootstrap_room": room}  # fmt: skip
         import threading
 
-        threading.Thread(target=requests.post, args=(prefill.url + "/generate",),
-                         kwargs={"json": {**sub, "rid": rid + ".p"}}, daemon=True).start()
+        threading.Thread(
+            target=requests.post,
+            args=(prefill.url + "/generate",),
+            kwargs={"json": {**sub, "rid": rid + ".p"}},
+            daemon=True,
+        ).start()
         out = {}
         main = threading.Thread(target=lambda: out.setdefault("r", generate(
             pdd_cluster.main_via_wan, {**sub, "rid": rid})), daemon=True)  # fmt: skip
@@ -220,15 +249,24 @@ def test_handoff_of_a_single_token_through_the_control_socket(pdd_cluster, coloc
 def test_contradictory_flags_are_refused(tiny_model):
     cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(tiny_model),
            "--pdd-role", "relay", "--disaggregation-mode", "prefill"]  # fmt: skip
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                            env={**__import__("os").environ, "SGLANG_USE_CPU_ENGINE": "1"})
+    result = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "SGLANG_USE_CPU_ENGINE": "1"},
+    )
     assert result.returncode != 0
     assert "--pdd-role relay needs --disaggregation-mode decode" in result.stderr
 
 
 def test_flags_are_in_launch_server_help():
-    result = subprocess.run([sys.executable, "-m", "sglang.launch_server", "--help"],
-                            capture_output=True, text=True, timeout=300,
-                            env={**__import__("os").environ, "SGLANG_USE_CPU_ENGINE": "1"})
+    result = subprocess.run(
+        [sys.executable, "-m", "sglang.launch_server", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "SGLANG_USE_CPU_ENGINE": "1"},
+    )
     for flag in ("--pdd-role", "--pdd-wan-hosts", "--pdd-control-port"):
         assert flag in result.stdout
