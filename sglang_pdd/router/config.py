@@ -33,7 +33,6 @@ class RouterConfig:
     cache_block_tokens: int = 16
     cache_capacity_blocks: int = 1 << 16
     tokenizer_path: str | None = None
-    log_records: bool = True
 
     def __post_init__(self) -> None:
         if not self.prefill:

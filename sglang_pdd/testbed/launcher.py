@@ -71,6 +71,11 @@ class ServerProcess:
     proc: subprocess.Popen
     bootstrap_port: int | None = None
     host: str = "127.0.0.1"
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name and self.spec is not None:
+            self.name = self.spec.name
 
     @property
     def url(self) -> str:
@@ -147,7 +152,6 @@ class ServerGroup:
         port, nccl_port = free_port(), free_port()
         bootstrap_port = free_port() if spec.role == "prefill" else None
         env = {**os.environ, **(CPU_ENV if spec.cpu else {}), **dict(spec.env)}
-        env.setdefault("SGLANG_PDD_INSTANCE", spec.name)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{spec.name}.log"
         with open(log_path, "wb") as log:
@@ -169,15 +173,14 @@ class ServerGroup:
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)  # fmt: skip
-        server = ServerProcess(None, port, log_path, proc)
-        server.name = name
+        server = ServerProcess(None, port, log_path, proc, name=name)
         self.servers.append(server)
         return server
 
     def wait_ready(self, server: ServerProcess, timeout: float = 300.0,
                    path: str | None = "/health") -> None:  # fmt: skip
         """Block until ``server`` answers ``path`` (or accepts TCP when ``path`` is None)."""
-        name = server.spec.name if server.spec else getattr(server, "name", "?")
+        name = server.name
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not server.alive():

@@ -211,8 +211,6 @@ def test_openai_endpoints(pdd_cluster, colocated):
 
 def test_handoff_of_a_single_token_through_the_control_socket(pdd_cluster, colocated):
     """Drive MD's control protocol directly: hand off after exactly one token (P's)."""
-    from sglang_pdd.testbed.client import pd_generate  # noqa: F401 - same bootstrap fields
-
     prompt, budget = make_prompt(random.Random(21), 500), 40
     expected = generate(colocated.url, _body(prompt, budget)).output_ids
     prefill = pdd_cluster.prefill
