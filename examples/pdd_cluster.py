@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--context-words", type=int, default=1200, help="words in each conversation's first message"
     )
-    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--max-new-tokens", type=int, default=160)
     parser.add_argument("--wan-mbps", type=float, default=8.0)
     parser.add_argument("--wan-delay-ms", type=float, default=100.0)
     parser.add_argument("--handoff-mode", default="one-shot", choices=("one-shot", "catch-up"))
