@@ -1,0 +1,63 @@
+"""The launcher's process handling, with a small stand-in server (not SGLang)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+from sglang_pdd.testbed.launcher import ServerSpec, build_command
+from sglang_pdd.testbed.ports import free_port
+
+
+def test_free_ports_are_distinct_and_spaced():
+    ports = [free_port() for _ in range(20)]
+    assert len(set(ports)) == 20
+    assert all(abs(a - b) > 10 for i, a in enumerate(ports) for b in ports[i + 1 :])
+
+
+def test_commands_give_each_role_its_flags():
+    prefill = build_command(ServerSpec("p", "/m", role="prefill"), 1000, 1001, 1002)
+    assert prefill[prefill.index("--disaggregation-mode") + 1] == "prefill"
+    assert prefill[prefill.index("--disaggregation-bootstrap-port") + 1] == "1002"
+    decode = build_command(ServerSpec("d", "/m", role="decode"), 1000, 1001, None)
+    assert "--disaggregation-decode-retraction-backup" in decode
+    assert "--disaggregation-mode" not in build_command(ServerSpec("c", "/m"), 1, 2, None)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_ctrl_c_tears_down_every_process(tmp_path):
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from pathlib import Path
+        from sglang_pdd.testbed.launcher import ServerGroup
+        from sglang_pdd.testbed.ports import free_port
+        with ServerGroup(log_dir=Path({str(tmp_path)!r})) as group:
+            port = free_port()
+            child = group.launch_command(
+                "http", [sys.executable, "-m", "http.server", str(port), "-b", "127.0.0.1"], port)
+            group.wait_ready(child, timeout=30, path=None)
+            print(child.proc.pid, flush=True)
+            time.sleep(300)
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    child_pid = int(parent.stdout.readline())
+    assert _alive(child_pid)
+    parent.send_signal(signal.SIGINT)
+    parent.wait(timeout=60)
+    deadline = time.monotonic() + 30
+    while _alive(child_pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(child_pid)
