@@ -41,6 +41,7 @@ def _add_workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate-scale", type=float, default=1.0, help="replay a trace this much faster")
     p.add_argument("--sessions-per-s", type=float, default=1.5, help="agentic session arrival rate")
     p.add_argument("--seed", type=int, default=0, help="workload and jitter seed")
+    p.add_argument("--warmup", type=float, help="exclude requests arriving in the first S seconds")
     p.add_argument("--config", help="YAML config on top of the built-in defaults")
 
 
@@ -56,7 +57,10 @@ def _workload(args) -> list[Request]:
 def _config(args) -> SimConfig:
     base = default_sim_config()
     cfg = load_sim_config(args.config, base) if args.config else base
-    return dataclasses.replace(cfg, seed=args.seed)
+    cfg = dataclasses.replace(cfg, seed=args.seed)
+    if args.warmup is not None:
+        cfg = dataclasses.replace(cfg, measure_from_s=args.warmup)
+    return cfg
 
 
 def _print_workload(requests: list[Request]) -> dict:
