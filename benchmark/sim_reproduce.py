@@ -8,7 +8,7 @@ cross-city link from ``sglang_pdd.sim.defaults`` (B: 81% of A's prefill, 210% of
 25% dearer). Nothing is fitted to a figure. Steps:
   1. The brief's hardware: 88 A same-DC PD (best P/D split in 8-chip instances) vs 40 A (P) +
      4 A (RLD) + 32 B (MD). The highest session rate each serves with >= 90% of requests in SLA
-     is its SLA-effective throughput; BCR = throughput / hourly cost.
+     and TTFT P99 <= 30 s is its SLA-effective throughput; BCR = throughput / hourly cost.
   2. The planner at the baseline's highest rate: best PDD plan (P and RLD on A, MD on B, WAN
      sized from a few options) vs best homogeneous same-DC plan (all A or all B).
   3. TTFT percentiles on the planned hardware at that rate: same-DC PD, cross-DC PD (the PDD
