@@ -104,3 +104,14 @@ def test_example_files_load_and_match_the_built_in_chips():
     assert [c.kind for c in cfg.contenders] == ["same-dc", "cross-dc", "cross-dc", "pdd"]
     assert cfg.contenders[2].decode_cache is False
     assert cfg.contenders[3].handoff.mode == "auto"
+
+
+def test_sim_writes_png_plots(tmp_path):
+    pytest.importorskip("matplotlib")
+    trace = tmp_path / "t.jsonl"
+    write_mooncake(TRACE, trace)
+    plots = tmp_path / "plots"
+    assert sim_main(["--trace", str(trace), "--plots", str(plots)]) == 0
+    names = sorted(p.name for p in plots.iterdir())
+    assert names == ["bcr_relay_share.png", "e2e_cdf.png", "itl_cdf.png", "ttft_cdf.png"]
+    assert all((plots / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in names)
