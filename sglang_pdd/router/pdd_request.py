@@ -162,84 +162,82 @@ class PddRequestRun:
         relay_ids: list[int] = []
         handed = 0  # ids Main-Decode has been given
         cut_off = False
-        self.router.active_relays += 1
-        try:
-            while not cut_off:
-                waiters = {asyncio.ensure_future(relay_q.get()): "relay",
-                           asyncio.ensure_future(events.get()): "event"}  # fmt: skip
-                if main_q is None:
-                    waiters[asyncio.ensure_future(asyncio.shield(prefill1))] = "prefill"
-                done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-                for fut in pending:
-                    fut.cancel()
-                # Handle in a fixed order so that a relay chunk and an event that complete
-                # together are both consumed (the cancelled getter loses nothing: get() that is
-                # cancelled before completing leaves the item in the queue).
-                for fut in sorted(done, key=lambda f: ("prefill", "relay", "event").index(
-                        waiters[f])):  # fmt: skip
-                    kind, value = waiters[fut], fut.result()
-                    if kind == "prefill":
+        while not cut_off:
+            waiters = {asyncio.ensure_future(relay_q.get()): "relay",
+                       asyncio.ensure_future(events.get()): "event"}  # fmt: skip
+            if main_q is None:
+                waiters[asyncio.ensure_future(asyncio.shield(prefill1))] = "prefill"
+            done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            for fut in pending:
+                fut.cancel()
+            # Handle in a fixed order so that a relay chunk and an event that complete
+            # together are both consumed (the cancelled getter loses nothing: get() that is
+            # cancelled before completing leaves the item in the queue).
+            for fut in sorted(done, key=lambda f: ("prefill", "relay", "event").index(
+                    waiters[f])):  # fmt: skip
+                kind, value = waiters[fut], fut.result()
+                if kind == "prefill":
+                    if main_q is None:
+                        # P's KV for room 1 is out; room 2 is now a radix hit on P.
+                        prefill2 = self._spawn(post_json(
+                            session, f"{self.prefill_url}/generate",
+                            self._sub_body(self.rid + ".p2", room2)))  # fmt: skip
+                        main_q = self._stream_into_queue(
+                            self.main.url, self._sub_body(main_rid, room2)
+                        )
+                elif kind == "relay":
+                    if value is _END:
+                        raise UpstreamError(502, {"error": {"message": "relay stream ended"}})
+                    if isinstance(value, Exception):
+                        await self._raise_prefill_error(prefill1, value)
+                    if cut_off:
+                        continue
+                    ids = value["output_ids"]
+                    if len(ids) > len(relay_ids):
+                        yield self._delta(ids[len(relay_ids) :], "relay")
+                        relay_ids = list(ids)
+                    if value["meta_info"].get("finish_reason"):
+                        # Finished on RLD before MD took over: MD lets the KV land, keeps it
+                        # in its radix cache (aligned with P's) and ends the request.
+                        self.record.finished_on = "relay"
                         if main_q is None:
-                            # P's KV for room 1 is out; room 2 is now a radix hit on P.
-                            prefill2 = self._spawn(post_json(
-                                session, f"{self.prefill_url}/generate",
-                                self._sub_body(self.rid + ".p2", room2)))  # fmt: skip
-                            main_q = self._stream_into_queue(
-                                self.main.url, self._sub_body(main_rid, room2)
-                            )
-                    elif kind == "relay":
-                        if value is _END:
-                            raise UpstreamError(502, {"error": {"message": "relay stream ended"}})
-                        if isinstance(value, Exception):
-                            await self._raise_prefill_error(prefill1, value)
-                        if cut_off:
-                            continue
-                        ids = value["output_ids"]
-                        if len(ids) > len(relay_ids):
-                            yield self._delta(ids[len(relay_ids) :], "relay")
-                            relay_ids = list(ids)
-                        if value["meta_info"].get("finish_reason"):
-                            # Finished on RLD before MD took over: MD lets the KV land, keeps it
-                            # in its radix cache (aligned with P's) and ends the request.
-                            self.record.finished_on = "relay"
-                            if main_q is None:
-                                await abort(session, self.main.url, main_rid)
-                            else:
-                                # P's second send and MD's request must live on (cancelling
-                                # either would abort the transfer).
-                                await control.release(main_rid)
-                                self._detach(prefill2, main_q.task)
-                            yield Finished(value["meta_info"]["finish_reason"],
-                                           self.prompt_tokens, self.record)  # fmt: skip
-                            return
-                    elif value.get("event") == "ready" or value.get("event") == "extended":
-                        if value["event"] == "ready":
-                            self.record.main_ready_s = self._since()
-                            self.record.wan_bytes = int(value.get("kv_bytes", 0))
-                            self.record.main_cached_tokens = value.get("cached_tokens")
-                        elif handed == 0 and value["event"] == "extended":
-                            continue
-                        backlog = len(relay_ids) - handed
-                        plan = self.router.handoff_policy.plan(backlog, self.router.relay_load())
-                        # A Catch-Up chunk keeps the newest id back: the final handoff must
-                        # bring at least one id whose KV Main-Decode has not built.
-                        chunk = min(plan.tokens_now, backlog - 1)
-                        if plan.relay_continues and chunk > 0:
-                            handed += chunk
-                            self.record.handoff_chunks += 1
-                            await control.handoff(main_rid, relay_ids[:handed], final=False)
+                            await abort(session, self.main.url, main_rid)
                         else:
-                            cut_off = True
-                            self.record.handoff_s = self._since()
-                            self.record.handoff_tokens = len(relay_ids)
-                            self.record.handoff_chunks += 1
-                            await control.handoff(main_rid, relay_ids, final=True)
-                            await abort(session, self.relay_url, relay_rid)
-                            break
-                    elif value.get("event") == "error":
-                        raise UpstreamError(500, {"error": {"message": value.get("message")}})
-        finally:
-            self.router.active_relays -= 1
+                            # P's second send and MD's request must live on (cancelling
+                            # either would abort the transfer).
+                            await control.release(main_rid)
+                            self._detach(prefill2, main_q.task)
+                        yield Finished(value["meta_info"]["finish_reason"],
+                                       self.prompt_tokens, self.record)  # fmt: skip
+                        return
+                elif value.get("event") == "ready" or value.get("event") == "extended":
+                    if value["event"] == "ready":
+                        self.record.main_ready_s = self._since()
+                        self.record.wan_bytes = int(value.get("kv_bytes", 0))
+                        self.record.main_cached_tokens = value.get("cached_tokens")
+                    elif handed == 0 and value["event"] == "extended":
+                        continue
+                    backlog = len(relay_ids) - handed
+                    plan = self.router.handoff_policy.plan(
+                        backlog, self.router.relay_load(self.relay_url)
+                    )
+                    # A Catch-Up chunk keeps the newest id back: the final handoff must
+                    # bring at least one id whose KV Main-Decode has not built.
+                    chunk = min(plan.tokens_now, backlog - 1)
+                    if plan.relay_continues and chunk > 0:
+                        handed += chunk
+                        self.record.handoff_chunks += 1
+                        await control.handoff(main_rid, relay_ids[:handed], final=False)
+                    else:
+                        cut_off = True
+                        self.record.handoff_s = self._since()
+                        self.record.handoff_tokens = len(relay_ids)
+                        self.record.handoff_chunks += 1
+                        await control.handoff(main_rid, relay_ids, final=True)
+                        await abort(session, self.relay_url, relay_rid)
+                        break
+                elif value.get("event") == "error":
+                    raise UpstreamError(500, {"error": {"message": value.get("message")}})
         async for event in self._follow_main(main_q, events, already_sent=len(relay_ids),
                                              expected_prefix=relay_ids):  # fmt: skip
             yield event

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import logging
 
@@ -38,7 +40,9 @@ class RouterState:
         self.server_info: dict = {}
         self.tokenizer = None
         self.kv_bytes_per_token = 0
-        self.active_relays = 0
+        # Relay-Decode's live load per URL, polled from SGLang's /v1/loads.
+        self.relay_loads: dict[str, float] = {}
+        self._load_poller: asyncio.Task | None = None
         self.background: set = set()  # sub-requests outliving their client request
         self._rr = {role: itertools.count() for role in ("prefill", "relay", "main")}
 
@@ -62,6 +66,21 @@ class RouterState:
             self.model_info["model_path"])  # fmt: skip
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.kv_bytes_per_token = await self._kv_bytes_per_token()
+        if self.config.relay:
+            self._load_poller = asyncio.get_running_loop().create_task(self._poll_relay_loads())
+
+    async def _poll_relay_loads(self, interval_s: float = 0.5) -> None:
+        """Keep ``relay_loads`` current: the busier of KV-token usage and running-request use."""
+        while True:
+            for url in self.config.relay:
+                try:
+                    data = await self._get(f"{url}/v1/loads")
+                    load = data["loads"][0]
+                    running = load["num_running_reqs"] / max(load["max_running_requests"], 1)
+                    self.relay_loads[url] = max(float(load["token_usage"]), running)
+                except (aiohttp.ClientError, KeyError, IndexError, TypeError, ValueError) as exc:
+                    logger.debug("sglang-pdd router: no load from %s: %s", url, exc)
+            await asyncio.sleep(interval_s)
 
     async def _get(self, url: str) -> dict:
         async with self.session.get(url) as resp:
@@ -81,6 +100,10 @@ class RouterState:
         return 2 * cfg.num_hidden_layers * heads * head_dim * width
 
     async def close(self) -> None:
+        if self._load_poller is not None:
+            self._load_poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._load_poller
         for client in self.controls.values():
             await client.close()
         if self.session is not None:
@@ -93,9 +116,11 @@ class RouterState:
     def control_for(self, main: MainEndpoint) -> MainControlClient:
         return self.controls[main.url]
 
-    def relay_load(self) -> float:
-        """Relay-Decode's load as the router sees it: relayed requests per relay instance / 8."""
-        return self.active_relays / (8.0 * max(len(self.config.relay), 1))
+    def relay_load(self, url: str | None = None) -> float:
+        """Relay-Decode's live load (0..1) from its /v1/loads, for ``url`` or the least busy."""
+        if url is not None:
+            return self.relay_loads.get(url, 0.0)
+        return min((self.relay_loads.get(u, 0.0) for u in self.config.relay), default=0.0)
 
     def plan(self, input_ids: list[int], max_new_tokens: int):
         """Pick the pipeline and the instances for a request (and update the cache mirror)."""
@@ -107,11 +132,15 @@ class RouterState:
             max_output_tokens=max_new_tokens,
             kv_bytes_per_token=self.kv_bytes_per_token,
         )
-        decision = self.pipeline_policy.decide(facts, self.link)
+        decision = self.pipeline_policy.decide(facts, self.link, self.relay_load())
         if decision.pipeline != PIPELINE_P_RLD:
             self.main_cache.insert(hashes)  # MD ends up holding this prompt's KV
         prefill = self._pick("prefill", self.config.prefill)
-        relay = self._pick("relay", self.config.relay) if self.config.relay else None
+        relay = None
+        if self.config.relay:  # the least busy Relay-Decode, round-robin among equals
+            start = next(self._rr["relay"]) % len(self.config.relay)
+            rotated = self.config.relay[start:] + self.config.relay[:start]
+            relay = min(rotated, key=self.relay_load)
         main = self._pick("main", self.config.main)
         return decision, (prefill, relay, main)
 
