@@ -53,7 +53,7 @@ def test_one_shot_matches_colocated(pdd_cluster, colocated, stream):
     assert handed and on_relay
     assert all(r["handoff_tokens"] >= 1 and r["main_ready_s"] is not None for r in handed)
     assert all(r["main_ready_s"] >= r["first_token_s"] for r in handed)
-    assert max(r["handoff_tokens"] for r in handed) >= 2 * min(r["handoff_tokens"] for r in handed)
+    assert len({r["handoff_tokens"] for r in handed}) >= 2  # handoffs at different points
 
 
 def test_catch_up_matches_colocated(catchup_router, colocated):
