@@ -19,7 +19,6 @@ from sglang_pdd.policy import (
 )
 from sglang_pdd.router.config import MainEndpoint, RouterConfig
 from sglang_pdd.router.main_control import MainControlClient
-from sglang_pdd.router.upstream import post_json
 
 logger = logging.getLogger("sglang_pdd.router")
 
@@ -143,6 +142,3 @@ class RouterState:
             relay = min(rotated, key=self.relay_load)
         main = self._pick("main", self.config.main)
         return decision, (prefill, relay, main)
-
-    async def post(self, url: str, body: dict) -> dict:
-        return await post_json(self.session, url, body)
