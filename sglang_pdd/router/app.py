@@ -222,7 +222,10 @@ async def server_info(request):
     cfg = state.config
     return web.json_response({**state.server_info, "pdd_router": {
         "prefill": list(cfg.prefill), "relay": list(cfg.relay),
-        "main": [m.url for m in cfg.main], "handoff_mode": cfg.handoff.mode}})  # fmt: skip
+        "main": [m.url for m in cfg.main], "handoff_mode": cfg.handoff.mode,
+        # Sub-requests still running after their client was answered (e.g. Main-Decode
+        # caching the KV of a request that finished on Relay-Decode).
+        "background_requests": len(state.background)}})  # fmt: skip
 
 
 @web.middleware

@@ -16,6 +16,8 @@ import logging
 import random
 import time
 
+import aiohttp
+
 from sglang_pdd.main_decode import RELAYED_RID_SUFFIX
 from sglang_pdd.policy import PIPELINE_P_MD, PIPELINE_P_RLD
 from sglang_pdd.router.record import Finished, PddRecord, TokenDelta
@@ -75,8 +77,7 @@ class PddRequestRun:
         for task in tasks:
             if task in self._tasks:
                 self._tasks.remove(task)
-            self.router.background.add(task)
-            task.add_done_callback(self.router.background.discard)
+            self.router.keep_in_background(task)
 
     def _delta(self, token_ids: list[int], source: str) -> TokenDelta:
         if self.record.first_token_s is None and token_ids:
@@ -143,6 +144,33 @@ class PddRequestRun:
                 yield Finished(chunk["meta_info"]["finish_reason"], self.prompt_tokens, self.record)
                 return
 
+    async def _warm_main_after(self, prefill1: asyncio.Task, main_rid: str, room2: int) -> None:
+        """Send room 2 (P's radix hit, over the WAN) to Main-Decode for a request that already
+        finished on Relay-Decode, and release it there: MD caches the prompt's KV and ends it."""
+        try:
+            await asyncio.shield(prefill1)
+        except (UpstreamError, aiohttp.ClientError, asyncio.CancelledError) as exc:
+            logger.info("sglang-pdd router: %s: prefill failed (%s); Main-Decode not warmed",
+                        self.rid, exc)  # fmt: skip
+            await abort(self.router.session, self.main.url, main_rid)
+            return
+        logger.info("sglang-pdd router: %s finished on Relay-Decode before P answered; sending "
+                    "its KV to Main-Decode's cache now", self.rid)  # fmt: skip
+        control = self.router.control_for(self.main)
+        await control.release(main_rid)
+        session = self.router.session
+        results = await asyncio.gather(
+            post_json(
+                session, f"{self.prefill_url}/generate", self._sub_body(self.rid + ".p2", room2)
+            ),
+            post_json(session, f"{self.main.url}/generate", self._sub_body(main_rid, room2)),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                logger.warning("sglang-pdd router: %s: warming Main-Decode failed: %s",
+                               self.rid, result)  # fmt: skip
+
     async def _raise_prefill_error(self, prefill_task: asyncio.Task, fallback: Exception):
         """Prefer the prefill server's error (it validates the prompt) over a decode-side one."""
         if prefill_task.done() and prefill_task.exception() is not None:
@@ -201,7 +229,11 @@ class PddRequestRun:
                         # in its radix cache (aligned with P's) and ends the request.
                         self.record.finished_on = "relay"
                         if main_q is None:
-                            await abort(session, self.main.url, main_rid)
+                            # P's first send has not answered yet: room 2 still goes out
+                            # once it has, so that MD's cache holds this prompt too.
+                            self._detach(prefill1)
+                            self.router.keep_in_background(asyncio.get_running_loop().create_task(
+                                self._warm_main_after(prefill1, main_rid, room2)))  # fmt: skip
                         else:
                             # P's second send and MD's request must live on (cancelling
                             # either would abort the transfer).

@@ -98,6 +98,11 @@ class RouterState:
         width = 4 if "32" in dtype else 1 if "8" in dtype else 2
         return 2 * cfg.num_hidden_layers * heads * head_dim * width
 
+    def keep_in_background(self, task: asyncio.Task) -> None:
+        """Hold a sub-request task that outlives its client request until it ends."""
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
     async def close(self) -> None:
         if self._load_poller is not None:
             self._load_poller.cancel()
