@@ -51,6 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--tokenizer-path", default=None, help="tokenizer to use (default: the servers' model path)"
     )
+    p.add_argument(
+        "--upstream-keepalive-s",
+        type=float,
+        default=2.0,
+        help="reuse an idle connection to an instance for at most this long; keep it below "
+        "SGLang's 5 s keep-alive minus the link's RTT (0: a new connection per request)",
+    )
     p.add_argument("--log-level", default="info")
     return p
 
@@ -70,7 +77,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         main=tuple(MainEndpoint(u, c) for u, c in zip(args.main, args.main_control, strict=True)),
         host=args.host, port=args.port, pipeline=pipeline, handoff=handoff,
         wan_bandwidth_mbps=args.wan_bandwidth_mbps, wan_rtt_ms=args.wan_rtt_ms,
-        tokenizer_path=args.tokenizer_path,
+        tokenizer_path=args.tokenizer_path, upstream_keepalive_s=args.upstream_keepalive_s,
     )  # fmt: skip
 
 

@@ -33,6 +33,10 @@ class RouterConfig:
     cache_block_tokens: int = 16
     cache_capacity_blocks: int = 1 << 16
     tokenizer_path: str | None = None
+    # How long an idle upstream connection may be reused. SGLang's servers close idle
+    # connections after SGLANG_TIMEOUT_KEEP_ALIVE (5 s); a request sent on one the server is
+    # closing fails, and over a WAN that window widens by the RTT. 0: a new connection each time.
+    upstream_keepalive_s: float = 2.0
 
     def __post_init__(self) -> None:
         if not self.prefill:
@@ -53,6 +57,9 @@ class RouterConfig:
             raise ValueError(f"--port must be in 1..65535, got {self.port}")
         if self.wan_bandwidth_mbps <= 0 or self.wan_rtt_ms < 0:
             raise ValueError("--wan-bandwidth-mbps must be > 0 and --wan-rtt-ms >= 0")
+        if self.upstream_keepalive_s < 0:
+            raise ValueError(f"--upstream-keepalive-s must be >= 0 (0: no reuse), got "
+                             f"{self.upstream_keepalive_s}")  # fmt: skip
         if self.cache_block_tokens < 1:
             raise ValueError("--cache-block-tokens must be >= 1")
 

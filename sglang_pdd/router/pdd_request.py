@@ -189,8 +189,9 @@ class PddRequestRun:
         main_q: asyncio.Queue | None = None
         relay_ids: list[int] = []
         handed = 0  # ids Main-Decode has been given
-        cut_off = False
-        while not cut_off:
+        main_ready = False  # MD reported its KV landed
+        chunk_in_flight = False  # a Catch-Up chunk was sent and its "extended" is pending
+        while True:
             waiters = {asyncio.ensure_future(relay_q.get()): "relay",
                        asyncio.ensure_future(events.get()): "event"}  # fmt: skip
             if main_q is None:
@@ -218,8 +219,6 @@ class PddRequestRun:
                         raise UpstreamError(502, {"error": {"message": "relay stream ended"}})
                     if isinstance(value, Exception):
                         await self._raise_prefill_error(prefill1, value)
-                    if cut_off:
-                        continue
                     ids = value["output_ids"]
                     if len(ids) > len(relay_ids):
                         yield self._delta(ids[len(relay_ids) :], "relay")
@@ -242,37 +241,44 @@ class PddRequestRun:
                         yield Finished(value["meta_info"]["finish_reason"],
                                        self.prompt_tokens, self.record)  # fmt: skip
                         return
-                elif value.get("event") == "ready" or value.get("event") == "extended":
-                    if value["event"] == "ready":
-                        self.record.main_ready_s = self._since()
-                        self.record.wan_bytes = int(value.get("kv_bytes", 0))
-                        self.record.main_cached_tokens = value.get("cached_tokens")
-                    elif handed == 0 and value["event"] == "extended":
-                        continue
-                    backlog = len(relay_ids) - handed
-                    plan = self.router.handoff_policy.plan(
-                        backlog, self.router.relay_load(self.relay_url)
-                    )
-                    # A Catch-Up chunk keeps the newest id back: the final handoff must
-                    # bring at least one id whose KV Main-Decode has not built.
-                    chunk = min(plan.tokens_now, backlog - 1)
-                    if plan.relay_continues and chunk > 0:
-                        handed += chunk
-                        self.record.handoff_chunks += 1
-                        await control.handoff(main_rid, relay_ids[:handed], final=False)
-                    else:
-                        cut_off = True
-                        self.record.handoff_s = self._since()
-                        self.record.handoff_tokens = len(relay_ids)
-                        self.record.handoff_chunks += 1
-                        await control.handoff(main_rid, relay_ids, final=True)
-                        await abort(session, self.relay_url, relay_rid)
-                        break
+                elif value.get("event") == "ready":
+                    main_ready = True
+                    self._note_ready(value)
+                elif value.get("event") == "extended":
+                    chunk_in_flight = False
                 elif value.get("event") == "error":
                     raise UpstreamError(500, {"error": {"message": value.get("message")}})
+            # Hand off once MD is ready and RLD has produced at least one id (MD needs the
+            # client's ids to extend over; when MD is ready before RLD's first token reaches
+            # the router, that first token triggers a handoff of exactly one id).
+            if not main_ready or chunk_in_flight or len(relay_ids) <= handed:
+                continue
+            backlog = len(relay_ids) - handed
+            plan = self.router.handoff_policy.plan(backlog, self.router.relay_load(self.relay_url))
+            # A Catch-Up chunk keeps the newest id back: the final handoff must bring at least
+            # one id whose KV Main-Decode has not built.
+            chunk = min(plan.tokens_now, backlog - 1)
+            if plan.relay_continues and chunk > 0:
+                handed += chunk
+                chunk_in_flight = True
+                self.record.handoff_chunks += 1
+                await control.handoff(main_rid, relay_ids[:handed], final=False)
+                continue
+            self.record.handoff_s = self._since()
+            self.record.handoff_tokens = len(relay_ids)
+            self.record.handoff_chunks += 1
+            await control.handoff(main_rid, relay_ids, final=True)
+            await abort(session, self.relay_url, relay_rid)
+            break
         async for event in self._follow_main(main_q, events, already_sent=len(relay_ids),
                                              expected_prefix=relay_ids):  # fmt: skip
             yield event
+
+    def _note_ready(self, event: dict) -> None:
+        if self.record.main_ready_s is None:
+            self.record.main_ready_s = self._since()
+            self.record.wan_bytes = int(event.get("kv_bytes", 0))
+            self.record.main_cached_tokens = event.get("cached_tokens")
 
     async def _follow_main(self, main_q, events, already_sent: int, expected_prefix=()):
         """Forward Main-Decode's tokens past ``already_sent``; check it kept the handed prefix."""
@@ -299,7 +305,5 @@ class PddRequestRun:
     def _drain_ready(self, events: asyncio.Queue) -> None:
         while not events.empty():
             event = events.get_nowait()
-            if event.get("event") == "ready" and self.record.main_ready_s is None:
-                self.record.main_ready_s = self._since()
-                self.record.wan_bytes = int(event.get("kv_bytes", 0))
-                self.record.main_cached_tokens = event.get("cached_tokens")
+            if event.get("event") == "ready":
+                self._note_ready(event)

@@ -47,7 +47,15 @@ class RouterState:
 
     async def start(self) -> None:
         """Open the HTTP session, learn bootstrap ports and the model, connect control sockets."""
-        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        keepalive = self.config.upstream_keepalive_s
+        connector = aiohttp.TCPConnector(
+            limit=0,  # streams stay open for a whole request; never queue behind them
+            force_close=keepalive == 0,
+            keepalive_timeout=keepalive if keepalive > 0 else None,
+        )
+        self.session = aiohttp.ClientSession(
+            connector=connector, timeout=aiohttp.ClientTimeout(total=None)
+        )
         for url in self.config.prefill:
             info = await self._get(f"{url}/get_server_info")
             host = url.split("://", 1)[1].rsplit(":", 1)[0]

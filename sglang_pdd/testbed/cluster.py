@@ -75,42 +75,47 @@ def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 60
                                "--disaggregation-decode-enable-radix-cache"), **common),
         timeout=timeout,
     )  # fmt: skip
-    link = ("--bandwidth-mbps", str(cfg.wan.bandwidth_mbps), "--delay-ms",
-            str(cfg.wan.one_way_delay_ms), "--jitter-ms", str(cfg.wan.jitter_ms))  # fmt: skip
-    http_port, ctl_port = free_port(), free_port()
-    proxies = [
-        group.launch_command("wan-http", _cli("wan-link", "--listen", f"127.0.0.1:{http_port}",
-                                              "--target", f"127.0.0.1:{main.port}", *link),
-                             http_port),
-        group.launch_command("wan-control", _cli("wan-link", "--listen", f"127.0.0.1:{ctl_port}",
-                                                 "--target", f"127.0.0.1:{control_port}", *link),
-                             ctl_port),
-    ]  # fmt: skip
-    for proxy in proxies:
-        group.wait_ready(proxy, timeout=60, path=None)
-    cluster = PddCluster(cfg, prefill, relay, main, f"http://127.0.0.1:{http_port}",
-                         f"tcp://127.0.0.1:{ctl_port}")  # fmt: skip
+    http_url = start_wan_proxy(group, "wan-http", main.port, cfg.wan)
+    control_url = start_wan_proxy(group, "wan-control", control_port, cfg.wan)
+    cluster = PddCluster(cfg, prefill, relay, main, http_url,
+                         control_url.replace("http://", "tcp://"))  # fmt: skip
     cluster.router = start_router(group, cluster)
     return cluster
 
 
+def start_wan_proxy(group: ServerGroup, name: str, target_port: int, link: WanLinkConfig) -> str:
+    """Start a ``sglang-pdd wan-link`` proxy to ``127.0.0.1:target_port``; return its URL."""
+    port = free_port()
+    proxy = group.launch_command(name, _cli(
+        "wan-link", "--listen", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{target_port}",
+        "--bandwidth-mbps", str(link.bandwidth_mbps), "--delay-ms", str(link.one_way_delay_ms),
+        "--jitter-ms", str(link.jitter_ms)), port)  # fmt: skip
+    group.wait_ready(proxy, timeout=60, path=None)
+    return f"http://127.0.0.1:{port}"
+
+
 def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
-                 **overrides) -> ServerProcess:  # fmt: skip
+                 relay_url: str | None = None, **overrides) -> ServerProcess:  # fmt: skip
     """Start a(nother) router in front of ``cluster``; ``overrides`` replace config fields
-    (``handoff_mode``, ``catchup_threshold``, ``catchup_chunk``, ``relay_threshold_s``)."""
+    (``handoff_mode``, ``catchup_threshold``, ``catchup_chunk``, ``relay_threshold_s``,
+    ``upstream_keepalive_s``), and
+    ``relay_url`` reaches Relay-Decode another way (e.g. through a slow proxy)."""
     cfg = cluster.config
     opts = {"handoff_mode": cfg.handoff_mode, "catchup_threshold": cfg.catchup_threshold,
             "catchup_chunk": cfg.catchup_chunk, "relay_threshold_s": cfg.relay_threshold_s,
-            **overrides}  # fmt: skip
+            "upstream_keepalive_s": 2.0, **overrides}  # fmt: skip
     port = free_port()
     router = group.launch_command(name, _cli(
-        "router", "--prefill", cluster.prefill.url, "--relay", cluster.relay.url,
+        "router", "--prefill", cluster.prefill.url, "--relay", relay_url or cluster.relay.url,
         "--main", cluster.main_via_wan, "--main-control", cluster.control_via_wan,
         "--port", str(port), "--handoff-mode", opts["handoff_mode"],
         "--catchup-threshold", str(opts["catchup_threshold"]),
         "--catchup-chunk", str(opts["catchup_chunk"]),
         "--relay-threshold-s", str(opts["relay_threshold_s"]),
+        "--upstream-keepalive-s", str(opts["upstream_keepalive_s"]),
         "--wan-bandwidth-mbps", str(cfg.wan.bandwidth_mbps),
         "--wan-rtt-ms", str(2 * cfg.wan.one_way_delay_ms)), port)  # fmt: skip
-    group.wait_ready(router, timeout=120)
+    # /get_model_info answers once the router has connected to every instance; its /health
+    # would also probe them, which a deliberately slow link can push past the probe's timeout.
+    group.wait_ready(router, timeout=120, path="/get_model_info")
     return router

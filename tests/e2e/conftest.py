@@ -81,3 +81,17 @@ def main_only_router(server_group, pdd_cluster):
     from sglang_pdd.testbed.cluster import start_router
 
     return start_router(server_group, pdd_cluster, name="router-p-md", relay_threshold_s=1e9)
+
+
+@pytest.fixture(scope="session")
+def slow_relay_router(server_group, pdd_cluster):
+    """A router that reaches Relay-Decode through a 3 s one-way link: Main-Decode's ready comes
+    before Relay-Decode's first token reaches the router, so the handoff carries one id."""
+    from sglang_pdd.testbed.cluster import start_router, start_wan_proxy
+    from sglang_pdd.transfer.wan_link import WanLinkConfig
+
+    slow = WanLinkConfig(bandwidth_mbps=1000.0, one_way_delay_ms=3000.0)
+    relay_url = start_wan_proxy(server_group, "slow-relay", pdd_cluster.relay.port, slow)
+    # Over a 3 s one-way link no idle connection outlives SGLang's 5 s keep-alive: never reuse.
+    return start_router(server_group, pdd_cluster, name="router-slow-relay", relay_url=relay_url,
+                        upstream_keepalive_s=0)  # fmt: skip

@@ -69,6 +69,18 @@ def test_catch_up_matches_colocated(catchup_router, colocated):
     assert max(chunks) >= 2, "Catch-Up never handed off in more than one chunk"
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
+def test_handoff_after_one_token_through_the_router(slow_relay_router, colocated, stream):
+    prompt, budget = make_prompt(random.Random(31), 300), 24
+    expected = generate(colocated.url, _body(prompt, budget))
+    got = generate(slow_relay_router.url, _body(prompt, budget), stream=stream)
+    assert got.status == 200, got.body
+    record = got.body["meta_info"]["pdd"]
+    assert (record["finished_on"], record["handoff_tokens"]) == ("main", 1), record
+    assert (record["relay_tokens"], record["main_tokens"]) == (1, budget - 1)
+    assert got.output_ids == expected.output_ids
+
+
 def test_p_md_pipeline_matches_colocated(main_only_router, colocated):
     for prompt, budget in _cases()[:6]:
         expected = generate(colocated.url, _body(prompt, budget))

@@ -1,0 +1,62 @@
+"""``sglang-pdd router`` flags -> ``RouterConfig``: accepted values and the errors for bad ones."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_pdd.router.cli import build_parser, config_from_args
+
+BASE = ["--prefill", "http://127.0.0.1:1", "--relay", "http://127.0.0.1:2",
+        "--main", "http://127.0.0.2:3", "--main-control", "tcp://127.0.0.2:4"]  # fmt: skip
+
+
+def _config(*extra: str):
+    return config_from_args(build_parser().parse_args([*BASE, *extra]))
+
+
+def test_flags_map_onto_the_config():
+    cfg = _config("--handoff-mode", "catch-up", "--catchup-threshold", "8", "--port", "9000",
+                  "--upstream-keepalive-s", "0", "--relay-threshold-s", "0")  # fmt: skip
+    assert cfg.handoff.mode == "catch-up" and cfg.handoff.catchup_threshold_tokens == 8
+    assert cfg.port == 9000 and cfg.upstream_keepalive_s == 0
+    assert cfg.pipeline.relay_threshold_s == 0
+    assert cfg.main[0].url == "http://127.0.0.2:3" and cfg.main[0].control == "tcp://127.0.0.2:4"
+
+
+@pytest.mark.parametrize(
+    ("extra", "flag"),
+    [
+        (["--upstream-keepalive-s", "-1"], "--upstream-keepalive-s"),
+        (["--port", "70000"], "--port"),
+        (["--wan-bandwidth-mbps", "0"], "--wan-bandwidth-mbps"),
+        (["--main", "http://127.0.0.2:5"], "--main-control"),  # one control socket too few
+    ],
+)
+def test_bad_values_name_the_flag(extra, flag):
+    with pytest.raises(ValueError, match=flag):
+        _config(*extra)
+
+
+def test_urls_and_required_roles_are_checked():
+    parser = build_parser()
+    with pytest.raises(ValueError, match="--prefill is required"):
+        config_from_args(parser.parse_args(BASE[2:]))
+    with pytest.raises(ValueError, match="--relay is required"):
+        config_from_args(parser.parse_args([*BASE[:2], *BASE[4:]]))
+    bad_url = [*BASE[:1], "127.0.0.1:1", *BASE[2:]]
+    with pytest.raises(ValueError, match="--prefill takes http"):
+        config_from_args(parser.parse_args(bad_url))
+    bad_control = [*BASE[:-1], "127.0.0.2:4"]
+    with pytest.raises(ValueError, match="--main-control must look like tcp://"):
+        config_from_args(parser.parse_args(bad_control))
+
+
+def test_no_relay_needs_no_relay_url():
+    args = build_parser().parse_args([*BASE[:2], *BASE[4:], "--no-relay"])
+    assert config_from_args(args).pipeline.enable_relay is False
+
+
+def test_unknown_handoff_mode_lists_the_choices(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*BASE, "--handoff-mode", "eager"])
+    assert "one-shot" in capsys.readouterr().err
