@@ -54,6 +54,10 @@ def test_one_shot_matches_colocated(pdd_cluster, colocated, stream):
     assert all(r["handoff_tokens"] >= 1 and r["main_ready_s"] is not None for r in handed)
     assert all(r["main_ready_s"] >= r["first_token_s"] for r in handed)
     assert len({r["handoff_tokens"] for r in handed}) >= 2  # handoffs at different points
+    # Requests that finished on RLD were released on MD: once the router's leftover
+    # sub-requests end, no instance holds any request's KV.
+    _wait_background_done(pdd_cluster.router_url)
+    _assert_nothing_held(pdd_cluster)
 
 
 def test_catch_up_matches_colocated(catchup_router, colocated):
@@ -173,13 +177,17 @@ def test_client_disconnect_aborts_everywhere(pdd_cluster):
             if seen == 5:
                 break
     resp.close()  # the client goes away mid-stream
-    for server in (pdd_cluster.prefill, pdd_cluster.relay, pdd_cluster.main):
+    _assert_nothing_held(pdd_cluster)
+
+
+def _assert_nothing_held(cluster) -> None:
+    for server in (cluster.prefill, cluster.relay, cluster.main):
         load = _wait_idle(server.url)
         assert load["num_running_reqs"] == 0, (server.spec.name, load)
         # flush_cache succeeds only when nothing holds KV (MD counts parked requests as busy).
         deadline = time.monotonic() + 60
         while requests.post(server.url + "/flush_cache", timeout=30).status_code != 200:
-            assert time.monotonic() < deadline, f"{server.spec.name} still holds the request"
+            assert time.monotonic() < deadline, f"{server.spec.name} still holds a request"
             time.sleep(0.5)
         assert _loads(server.url)["num_used_tokens"] == 0, server.spec.name
 
