@@ -12,6 +12,12 @@ from aiohttp import web
 from sglang_pdd.router import openai_format as oai
 from sglang_pdd.router.pdd_request import PddRequestRun
 from sglang_pdd.router.record import Finished, TokenDelta
+from sglang_pdd.router.request_fields import (
+    GENERATE_FIELDS,
+    OPENAI_FIELDS,
+    unsupported_fields,
+    unsupported_message,
+)
 from sglang_pdd.router.state import RouterState
 from sglang_pdd.router.text import StreamingText
 from sglang_pdd.router.upstream import UpstreamError
@@ -51,8 +57,9 @@ class _Run:
         max_new = int(sampling.get("max_new_tokens", 128) or 128)
         decision, instances = state.plan(input_ids, max_new)
         self.run = PddRequestRun(state, self.body, self.rid, decision, instances)
-        self.text = StreamingText(state.tokenizer)
+        self.text = StreamingText(state.tokenizer, bool(sampling.get("no_stop_trim")))
         self.finished: Finished | None = None
+        self.tail = ""  # text released by the final trim of a matched stop
 
     async def events(self):
         completed = False
@@ -60,6 +67,7 @@ class _Run:
             async for event in self.run.events():
                 if isinstance(event, Finished):
                     self.finished = event
+                    self.tail = self.text.finish(event.finish_reason)
                     logger.info("pdd-record rid=%s %s", self.rid,
                                 json.dumps(event.record.as_dict()))  # fmt: skip
                 yield event
@@ -84,9 +92,10 @@ async def generate(request: web.Request) -> web.StreamResponse:
         return _error(400, "batched /generate is not supported by the sglang-pdd router")
     if text is None and input_ids is None:
         return _error(400, "Either text or input_ids should be provided.")
+    if unsupported := unsupported_fields(body, GENERATE_FIELDS):
+        return _error(400, unsupported_message(unsupported))
     ids = state.tokenizer.encode(text) if text is not None else list(input_ids)
-    passthrough = {k: body[k] for k in ("rid", "return_logprob", "top_logprobs_num",
-                                        "logprob_start_len") if k in body}  # fmt: skip
+    passthrough = {"rid": body["rid"]} if body.get("rid") else {}
     run = _Run(state, ids, dict(body.get("sampling_params") or {}), passthrough)
     if not body.get("stream"):
         async for event in run.events():
@@ -130,6 +139,8 @@ async def _chain(first, rest):
 async def _openai(request: web.Request, kind: str) -> web.StreamResponse:
     state = request.app[STATE]
     body = await _json_body(request)
+    if unsupported := unsupported_fields(body, OPENAI_FIELDS):
+        raise oai.bad_request(unsupported_message(unsupported))
     model = body.get("model") or state.model_info.get("model_path", "default")
     if kind == "chat":
         ids = oai.chat_prompt(body, state.tokenizer)
@@ -160,7 +171,7 @@ async def _openai(request: web.Request, kind: str) -> web.StreamResponse:
                     await _sse(resp, oai.chunk(kind, oid, model, delta, first=not sent_any))
                     sent_any = True
             else:
-                tail = run.text.flush()
+                tail = run.tail
                 use = oai.usage(event.prompt_tokens, len(run.text.ids))
                 await _sse(resp, oai.chunk(kind, oid, model, tail, event.finish_reason,
                                            first=not sent_any, usage_=use))  # fmt: skip

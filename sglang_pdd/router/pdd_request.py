@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import random
 import time
@@ -50,6 +51,7 @@ class PddRequestRun:
         self.t0 = time.monotonic()
         self._tasks: list[asyncio.Task] = []
         self.prompt_tokens = len(body["input_ids"])
+        self._released = False  # finished on RLD; MD still receives (and caches) the KV
 
     # -- helpers ----------------------------------------------------------------------------
     def _since(self) -> float:
@@ -99,7 +101,8 @@ class PddRequestRun:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        self.router.control_for(self.main).forget(self.rid + RELAYED_RID_SUFFIX)
+        if not self._released:  # else the background task reading MD's late events forgets it
+            self.router.control_for(self.main).forget(self.rid + RELAYED_RID_SUFFIX)
         self.router.control_for(self.main).forget(self.rid + ".main")
 
     # -- pipelines --------------------------------------------------------------------------
@@ -144,7 +147,23 @@ class PddRequestRun:
                 yield Finished(chunk["meta_info"]["finish_reason"], self.prompt_tokens, self.record)
                 return
 
-    async def _warm_main_after(self, prefill1: asyncio.Task, main_rid: str, room2: int) -> None:
+    async def _report_late_transfer(self, events: asyncio.Queue, main_rid: str, until):
+        """After MD's released request ends (``until``), log the KV it received for it: the
+        client's record was sent before that KV landed."""
+        try:
+            result = await until
+        finally:
+            self.router.control_for(self.main).forget(main_rid)
+        while not events.empty():
+            event = events.get_nowait()
+            if event.get("event") == "ready" and self.record.main_ready_s is None:
+                late = {"wan_bytes": int(event.get("kv_bytes", 0)),
+                        "main_cached_tokens": event.get("cached_tokens")}  # fmt: skip
+                logger.info("pdd-late-transfer rid=%s %s", self.rid, json.dumps(late))
+        return result
+
+    async def _warm_main_after(self, prefill1: asyncio.Task, main_rid: str, room2: int,
+                               events: asyncio.Queue) -> None:  # fmt: skip
         """Send room 2 (P's radix hit, over the WAN) to Main-Decode for a request that already
         finished on Relay-Decode, and release it there: MD caches the prompt's KV and ends it."""
         try:
@@ -153,19 +172,19 @@ class PddRequestRun:
             logger.info("sglang-pdd router: %s: prefill failed (%s); Main-Decode not warmed",
                         self.rid, exc)  # fmt: skip
             await abort(self.router.session, self.main.url, main_rid)
+            self.router.control_for(self.main).forget(main_rid)
             return
         logger.info("sglang-pdd router: %s finished on Relay-Decode before P answered; sending "
                     "its KV to Main-Decode's cache now", self.rid)  # fmt: skip
         control = self.router.control_for(self.main)
         await control.release(main_rid)
         session = self.router.session
-        results = await asyncio.gather(
-            post_json(
-                session, f"{self.prefill_url}/generate", self._sub_body(self.rid + ".p2", room2)
-            ),
+        results = await self._report_late_transfer(events, main_rid, asyncio.gather(
+            post_json(session, f"{self.prefill_url}/generate",
+                      self._sub_body(self.rid + ".p2", room2)),
             post_json(session, f"{self.main.url}/generate", self._sub_body(main_rid, room2)),
             return_exceptions=True,
-        )
+        ))  # fmt: skip
         for result in results:
             if isinstance(result, BaseException):
                 logger.warning("sglang-pdd router: %s: warming Main-Decode failed: %s",
@@ -231,13 +250,19 @@ class PddRequestRun:
                             # P's first send has not answered yet: room 2 still goes out
                             # once it has, so that MD's cache holds this prompt too.
                             self._detach(prefill1)
-                            self.router.keep_in_background(asyncio.get_running_loop().create_task(
-                                self._warm_main_after(prefill1, main_rid, room2)))  # fmt: skip
+                            self._released = True
+                            self.router.run_in_background(
+                                self._warm_main_after(prefill1, main_rid, room2, events)
+                            )
                         else:
                             # P's second send and MD's request must live on (cancelling
                             # either would abort the transfer).
                             await control.release(main_rid)
                             self._detach(prefill2, main_q.task)
+                            self._released = True
+                            self.router.run_in_background(
+                                self._report_late_transfer(events, main_rid, main_q.task)
+                            )
                         yield Finished(value["meta_info"]["finish_reason"],
                                        self.prompt_tokens, self.record)  # fmt: skip
                         return

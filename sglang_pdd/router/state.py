@@ -111,6 +111,12 @@ class RouterState:
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 
+    def run_in_background(self, coro) -> asyncio.Task:
+        """Run ``coro`` as a task held by ``keep_in_background``."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self.keep_in_background(task)
+        return task
+
     async def close(self) -> None:
         if self._load_poller is not None:
             self._load_poller.cancel()

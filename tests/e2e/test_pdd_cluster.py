@@ -101,6 +101,11 @@ def test_second_turn_moves_only_the_delta_over_the_wan(pdd_cluster, colocated):
     first = generate(pdd_cluster.router_url, _body(turn1, 4))
     assert first.body["meta_info"]["pdd"]["finished_on"] == "relay"
     _wait_background_done(pdd_cluster.router_url)
+    if first.body["meta_info"]["pdd"]["main_ready_s"] is None:
+        # The client's record went out before MD's KV landed; the router logs it afterwards.
+        late = [line for line in pdd_cluster.router.log_text().splitlines()
+                if f"pdd-late-transfer rid={first.body['meta_info']['id']}" in line]  # fmt: skip
+        assert late and json.loads(late[0][late[0].index("{") :])["wan_bytes"] > 0, late
     turn2 = turn1 + first.body["text"] + " " + make_prompt(rng, 30)
     second = generate(pdd_cluster.router_url, _body(turn2, 200))
     r2 = second.body["meta_info"]["pdd"]
@@ -203,6 +208,37 @@ def test_bad_input_gets_sglang_errors_and_cluster_keeps_serving(pdd_cluster, col
     assert "context" in via_pdd.text.lower() or "length" in via_pdd.text.lower()
     ok = generate(router, _body("still serving", 6))
     assert ok.status == 200 and len(ok.output_ids) == 6
+
+
+def test_stop_strings_match_colocated(pdd_cluster, colocated):
+    prompt = make_prompt(random.Random(41), 200)
+    free = generate(colocated.url, _body(prompt, 40)).body["text"]
+    stop = free[10:13]  # a string the greedy output is known to reach
+    body = {"text": prompt, "sampling_params": {"temperature": 0.0, "max_new_tokens": 40,
+                                                "stop": [stop]}}  # fmt: skip
+    expected = generate(colocated.url, body)
+    assert expected.body["meta_info"]["finish_reason"]["matched"] == stop
+    for stream in (False, True):
+        got = generate(pdd_cluster.router_url, body, stream=stream)
+        assert got.body["text"] == expected.body["text"]
+        assert got.output_ids == expected.output_ids
+        assert got.body["meta_info"]["finish_reason"] == expected.body["meta_info"]["finish_reason"]
+    comp = {"prompt": prompt, "max_tokens": 40, "temperature": 0, "stop": [stop]}
+    ours = requests.post(pdd_cluster.router_url + "/v1/completions", json=comp, timeout=300)
+    theirs = requests.post(colocated.url + "/v1/completions", json=comp, timeout=300)
+    assert ours.json()["choices"][0]["text"] == theirs.json()["choices"][0]["text"]
+
+
+def test_fields_the_router_cannot_serve_are_refused(pdd_cluster):
+    router = pdd_cluster.router_url
+    body = {**_body("logprobs please", 4), "return_logprob": True}
+    resp = requests.post(router + "/generate", json=body, timeout=60)
+    assert resp.status_code == 400 and "return_logprob" in resp.text
+    chat = {"messages": [{"role": "user", "content": "two answers"}], "max_tokens": 4, "n": 2}
+    resp = requests.post(router + "/v1/chat/completions", json=chat, timeout=60)
+    assert resp.status_code == 400 and "n" in resp.json()["message"]
+    ok = generate(router, {**_body("defaults are fine", 4), "return_logprob": False})
+    assert ok.status == 200 and len(ok.output_ids) == 4
 
 
 def test_openai_endpoints(pdd_cluster, colocated):

@@ -1,0 +1,29 @@
+"""Fields the router cannot carry are refused by name, unless they are switched off."""
+
+from __future__ import annotations
+
+from sglang_pdd.router.request_fields import (
+    GENERATE_FIELDS,
+    OPENAI_FIELDS,
+    unsupported_fields,
+    unsupported_message,
+)
+
+
+def test_generate_fields():
+    body = {"text": "hi", "sampling_params": {}, "stream": True, "rid": "r",
+            "return_logprob": True, "image_data": "x.png", "lora_path": None,
+            "top_logprobs_num": 0}  # fmt: skip
+    assert unsupported_fields(body, GENERATE_FIELDS) == ["image_data", "return_logprob"]
+    assert unsupported_fields({"text": "hi", "return_logprob": False}, GENERATE_FIELDS) == []
+
+
+def test_openai_fields():
+    body = {"model": "m", "messages": [], "n": 2, "logprobs": True, "tools": [],
+            "temperature": 0, "response_format": {"type": "json_object"}}  # fmt: skip
+    assert unsupported_fields(body, OPENAI_FIELDS) == ["logprobs", "n", "response_format"]
+    assert unsupported_fields({"prompt": "p", "n": 1, "echo": False}, OPENAI_FIELDS) == []
+
+
+def test_message_names_the_fields():
+    assert "return_logprob, n" in unsupported_message(["return_logprob", "n"])

@@ -1,0 +1,46 @@
+"""``StreamingText``: streamed deltas add up to the final text; stops are trimmed like SGLang."""
+
+from __future__ import annotations
+
+from sglang_pdd.router.text import StreamingText
+
+EOS = 0
+
+
+class CharTokenizer:
+    """Token id i is chr(i) (0 is a special end-of-sequence token)."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(chr(i) for i in ids if not (skip_special_tokens and i == EOS))
+
+
+def _ids(text: str) -> list[int]:
+    return [ord(c) for c in text]
+
+
+def test_deltas_add_up():
+    text = StreamingText(CharTokenizer())
+    pieces = [text.add(_ids(p)) for p in ("Hel", "lo", " world")]
+    pieces.append(text.finish({"type": "length", "length": 10}))
+    assert "".join(pieces) == text.full() == "Hello world"
+
+
+def test_stop_string_is_trimmed_unless_asked_not_to():
+    for no_trim, expected in ((False, "answer"), (True, "answer\n\n")):
+        text = StreamingText(CharTokenizer(), no_stop_trim=no_trim)
+        streamed = text.add(_ids("answer\n\n"))
+        tail = text.finish({"type": "stop", "matched": "\n\n"})
+        assert text.full() == expected
+        # What streamed before the match is not taken back; the tail adds nothing then.
+        assert streamed == "answer\n\n" and tail == ""
+
+
+def test_stop_token_is_dropped_from_the_text():
+    text = StreamingText(CharTokenizer())
+    text.add(_ids("done!"))
+    text.finish({"type": "stop", "matched": ord("!")})
+    assert text.full() == "done"
+    eos = StreamingText(CharTokenizer())
+    eos.add([*_ids("ok"), EOS])
+    eos.finish({"type": "stop", "matched": EOS})
+    assert eos.full() == "ok"
