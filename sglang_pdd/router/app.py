@@ -236,7 +236,8 @@ async def server_info(request):
         "main": [m.url for m in cfg.main], "handoff_mode": cfg.handoff.mode,
         # Sub-requests still running after their client was answered (e.g. Main-Decode
         # caching the KV of a request that finished on Relay-Decode).
-        "background_requests": len(state.background)}})  # fmt: skip
+        "background_requests": len(state.background),
+        "relay_loads": dict(state.relay_loads)}})  # fmt: skip
 
 
 @web.middleware

@@ -35,6 +35,30 @@ def build_parser() -> argparse.ArgumentParser:
         default=1.0,
         help="use P-RLD-MD when MD's estimated KV arrival exceeds this (0: always)",
     )
+    p.add_argument(
+        "--auto-relay-busy-fraction",
+        type=float,
+        default=0.8,
+        help="--handoff-mode auto: Catch-Up while RLD's live load is below this, One-Shot above",
+    )
+    p.add_argument(
+        "--max-relay-load",
+        type=float,
+        default=1.0,
+        help="send requests P-MD when the least busy RLD's live load reaches this (1.0: full)",
+    )
+    p.add_argument(
+        "--anomaly-min-input-tokens",
+        type=int,
+        default=32768,
+        help="anomaly filter: inputs at least this long ...",
+    )
+    p.add_argument(
+        "--anomaly-max-output-tokens",
+        type=int,
+        default=32,
+        help="... with max_new_tokens at most this finish on RLD alone (P-RLD)",
+    )
     p.add_argument("--no-relay", action="store_true", help="P-MD only (no Relay-Decode)")
     p.add_argument(
         "--no-anomaly-filter",
@@ -62,16 +86,41 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Policy config fields (shared with the simulator's YAML) -> the router flag that sets them.
+_POLICY_FLAGS = {
+    "relay_threshold_s": "--relay-threshold-s",
+    "max_relay_load": "--max-relay-load",
+    "anomaly_min_input_tokens": "--anomaly-min-input-tokens",
+    "anomaly_max_output_tokens": "--anomaly-max-output-tokens",
+    "catchup_threshold_tokens": "--catchup-threshold",
+    "catchup_chunk_tokens": "--catchup-chunk",
+    "auto_relay_busy_fraction": "--auto-relay-busy-fraction",
+}
+
+
+def _name_the_flag(message: str) -> str:
+    for field, flag in _POLICY_FLAGS.items():
+        if message.startswith(field):
+            return flag + message[len(field) :]
+    return message
+
+
 def config_from_args(args: argparse.Namespace) -> RouterConfig:
     if len(args.main_control) != len(args.main):
         raise ValueError(f"--main-control must be given once per --main ({len(args.main)}), "
                          f"got {len(args.main_control)}")  # fmt: skip
-    pipeline = PipelinePolicyConfig(relay_threshold_s=args.relay_threshold_s,
-                                    enable_relay=not args.no_relay,
-                                    enable_anomaly_filter=not args.no_anomaly_filter)  # fmt: skip
-    handoff = HandoffPolicyConfig(mode=args.handoff_mode,
-                                  catchup_threshold_tokens=args.catchup_threshold,
-                                  catchup_chunk_tokens=args.catchup_chunk)  # fmt: skip
+    try:
+        pipeline = PipelinePolicyConfig(
+            relay_threshold_s=args.relay_threshold_s, enable_relay=not args.no_relay,
+            enable_anomaly_filter=not args.no_anomaly_filter, max_relay_load=args.max_relay_load,
+            anomaly_min_input_tokens=args.anomaly_min_input_tokens,
+            anomaly_max_output_tokens=args.anomaly_max_output_tokens)  # fmt: skip
+        handoff = HandoffPolicyConfig(
+            mode=args.handoff_mode, catchup_threshold_tokens=args.catchup_threshold,
+            catchup_chunk_tokens=args.catchup_chunk,
+            auto_relay_busy_fraction=args.auto_relay_busy_fraction)  # fmt: skip
+    except ValueError as exc:
+        raise ValueError(_name_the_flag(str(exc))) from exc
     return RouterConfig(
         prefill=tuple(args.prefill), relay=tuple(args.relay),
         main=tuple(MainEndpoint(u, c) for u, c in zip(args.main, args.main_control, strict=True)),

@@ -280,6 +280,7 @@ class PddRequestRun:
                 continue
             backlog = len(relay_ids) - handed
             plan = self.router.handoff_policy.plan(backlog, self.router.relay_load(self.relay_url))
+            self.record.handoff_mode = self.record.handoff_mode or plan.mode
             # A Catch-Up chunk keeps the newest id back: the final handoff must bring at least
             # one id whose KV Main-Decode has not built.
             chunk = min(plan.tokens_now, backlog - 1)

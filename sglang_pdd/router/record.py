@@ -17,6 +17,7 @@ class PddRecord:
     handoff_s: float | None = None
     handoff_tokens: int = 0
     handoff_chunks: int = 0
+    handoff_mode: str | None = None  # the mode in force at the first handoff step ("auto" resolved)
     wan_bytes: int = 0
     main_cached_tokens: int | None = None
     first_token_s: float | None = None

@@ -98,12 +98,13 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
                  relay_url: str | None = None, **overrides) -> ServerProcess:  # fmt: skip
     """Start a(nother) router in front of ``cluster``; ``overrides`` replace config fields
     (``handoff_mode``, ``catchup_threshold``, ``catchup_chunk``, ``relay_threshold_s``,
-    ``upstream_keepalive_s``), and
+    ``upstream_keepalive_s``, ``auto_relay_busy_fraction``), and
     ``relay_url`` reaches Relay-Decode another way (e.g. through a slow proxy)."""
     cfg = cluster.config
     opts = {"handoff_mode": cfg.handoff_mode, "catchup_threshold": cfg.catchup_threshold,
             "catchup_chunk": cfg.catchup_chunk, "relay_threshold_s": cfg.relay_threshold_s,
-            "upstream_keepalive_s": 2.0, **overrides}  # fmt: skip
+            "upstream_keepalive_s": 2.0, "auto_relay_busy_fraction": 0.8,
+            **overrides}  # fmt: skip
     port = free_port()
     router = group.launch_command(name, _cli(
         "router", "--prefill", cluster.prefill.url, "--relay", relay_url or cluster.relay.url,
@@ -113,6 +114,7 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
         "--catchup-chunk", str(opts["catchup_chunk"]),
         "--relay-threshold-s", str(opts["relay_threshold_s"]),
         "--upstream-keepalive-s", str(opts["upstream_keepalive_s"]),
+        "--auto-relay-busy-fraction", str(opts["auto_relay_busy_fraction"]),
         "--wan-bandwidth-mbps", str(cfg.wan.bandwidth_mbps),
         "--wan-rtt-ms", str(2 * cfg.wan.one_way_delay_ms)), port)  # fmt: skip
     # /get_model_info answers once the router has connected to every instance; its /health

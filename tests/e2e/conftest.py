@@ -95,3 +95,21 @@ def slow_relay_router(server_group, pdd_cluster):
     # Over a 3 s one-way link no idle connection outlives SGLang's 5 s keep-alive: never reuse.
     return start_router(server_group, pdd_cluster, name="router-slow-relay", relay_url=relay_url,
                         upstream_keepalive_s=0)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def small_relay(server_group, tiny_model, pdd_cluster):
+    """A Relay-Decode with room for only 8192 KV tokens, so one long request makes it busy."""
+    common = {**_common(tiny_model), "max_total_tokens": 8192}
+    spec = ServerSpec("relay-small", role="decode", extra_args=("--pdd-role", "relay"), **common)
+    return server_group.start(spec)[0]
+
+
+@pytest.fixture(scope="session")
+def auto_router(server_group, pdd_cluster, small_relay):
+    """An auto-handoff router on the small relay: Catch-Up below half load, One-Shot above."""
+    from sglang_pdd.testbed.cluster import start_router
+
+    return start_router(server_group, pdd_cluster, name="router-auto", relay_url=small_relay.url,
+                        handoff_mode="auto", catchup_threshold=4, catchup_chunk=64,
+                        auto_relay_busy_fraction=0.5)  # fmt: skip

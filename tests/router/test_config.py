@@ -20,6 +20,10 @@ def test_flags_map_onto_the_config():
     assert cfg.handoff.mode == "catch-up" and cfg.handoff.catchup_threshold_tokens == 8
     assert cfg.port == 9000 and cfg.upstream_keepalive_s == 0
     assert cfg.pipeline.relay_threshold_s == 0
+    cfg = _config("--handoff-mode", "auto", "--auto-relay-busy-fraction", "0.3",
+                  "--max-relay-load", "0.9", "--anomaly-max-output-tokens", "8")  # fmt: skip
+    assert cfg.handoff.auto_relay_busy_fraction == 0.3 and cfg.pipeline.max_relay_load == 0.9
+    assert cfg.pipeline.anomaly_max_output_tokens == 8
     assert cfg.main[0].url == "http://127.0.0.2:3" and cfg.main[0].control == "tcp://127.0.0.2:4"
 
 
@@ -30,6 +34,12 @@ def test_flags_map_onto_the_config():
         (["--port", "70000"], "--port"),
         (["--wan-bandwidth-mbps", "0"], "--wan-bandwidth-mbps"),
         (["--main", "http://127.0.0.2:5"], "--main-control"),  # one control socket too few
+        (["--auto-relay-busy-fraction", "1.5"], "--auto-relay-busy-fraction"),
+        (["--max-relay-load", "0"], "--max-relay-load"),
+        (["--catchup-threshold", "0"], "--catchup-threshold"),
+        (["--catchup-chunk", "-3"], "--catchup-chunk"),
+        (["--relay-threshold-s", "-1"], "--relay-threshold-s"),
+        (["--anomaly-min-input-tokens", "0"], "--anomaly-min-input-tokens"),
     ],
 )
 def test_bad_values_name_the_flag(extra, flag):
