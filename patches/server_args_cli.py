@@ -29,8 +29,9 @@ def hook(result, parser, *args, **kwargs):
     )  # fmt: skip
     group.add_argument(
         "--pdd-wan-hosts", default="",
-        help="Comma-separated IPs of KV receivers across the WAN (e.g. Main-Decode's "
-        "SGLANG_HOST_IP); KV sent to them crosses the emulated link set below.",
+        help="Prefill: comma-separated IPs of KV receivers across the WAN (e.g. Main-Decode's "
+        "SGLANG_HOST_IP). Sends to them get their own transfer queues (Relay-Decode's never "
+        "wait behind them) and cross the emulated link below when one is set.",
     )  # fmt: skip
     group.add_argument(
         "--pdd-wan-bandwidth-mbps", type=float, default=None,

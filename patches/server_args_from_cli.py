@@ -32,7 +32,12 @@ def hook(server_args, cls, args, *rest, **kwargs):
     if not hasattr(args, "pdd_role"):
         return server_args  # a parser without our flags (e.g. SGLang's own tests)
     wan = None
-    if args.pdd_wan_bandwidth_mbps is not None:
+    if args.pdd_wan_bandwidth_mbps is None:
+        for flag, value in (("--pdd-wan-delay-ms", args.pdd_wan_delay_ms),
+                            ("--pdd-wan-jitter-ms", args.pdd_wan_jitter_ms)):  # fmt: skip
+            if value:
+                raise ValueError(f"{flag} needs --pdd-wan-bandwidth-mbps (the emulated link)")
+    else:
         wan = WanLinkConfig(
             bandwidth_mbps=args.pdd_wan_bandwidth_mbps,
             one_way_delay_ms=args.pdd_wan_delay_ms,

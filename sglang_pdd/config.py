@@ -31,8 +31,11 @@ class PddServerConfig:
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"--pdd-role={self.role!r}: accepted values are {', '.join(ROLES)}")
-        if self.wan_hosts and self.wan is None:
-            raise ValueError("--pdd-wan-hosts needs --pdd-wan-bandwidth-mbps")
+        if self.wan is not None and not self.wan_hosts:
+            raise ValueError(
+                "--pdd-wan-bandwidth-mbps needs --pdd-wan-hosts (the receivers the emulated link "
+                "applies to)"
+            )
         if self.role == "main" and not 0 < self.control_port < 65536:
             raise ValueError("--pdd-role main needs --pdd-control-port in 1..65535")
         if self.role != "main" and self.control_port:

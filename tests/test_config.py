@@ -1,0 +1,61 @@
+"""``PddServerConfig`` and the ``--pdd-*`` server flags: accepted values and refusals."""
+
+from __future__ import annotations
+
+from argparse import Namespace
+from types import SimpleNamespace
+
+import pytest
+
+from sglang_pdd.config import PddServerConfig
+from sglang_pdd.patches import server_args_from_cli
+from sglang_pdd.transfer.wan_link import WanLinkConfig
+
+
+def _args(**overrides) -> Namespace:
+    values = dict(pdd_role="prefill", pdd_wan_hosts="", pdd_wan_bandwidth_mbps=None,
+                  pdd_wan_delay_ms=0.0, pdd_wan_jitter_ms=0.0, pdd_control_port=0,
+                  pdd_log_transfers=False, disaggregation_mode="prefill",
+                  disaggregation_decode_enable_radix_cache=False)  # fmt: skip
+    return Namespace(**{**values, **overrides})
+
+
+def _config(**overrides) -> PddServerConfig:
+    server_args = SimpleNamespace()
+    server_args_from_cli.hook(server_args, None, _args(**overrides))
+    return server_args._pdd
+
+
+def test_wan_hosts_without_emulation_is_a_real_wan():
+    cfg = _config(pdd_wan_hosts="10.0.0.7, 10.0.0.8")
+    assert cfg.wan_hosts == ("10.0.0.7", "10.0.0.8") and cfg.wan is None
+
+
+def test_emulated_link():
+    cfg = _config(pdd_wan_hosts="127.0.0.2", pdd_wan_bandwidth_mbps=8.0, pdd_wan_delay_ms=100.0)
+    assert cfg.wan == WanLinkConfig(bandwidth_mbps=8.0, one_way_delay_ms=100.0)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"pdd_wan_delay_ms": 50.0}, "--pdd-wan-delay-ms needs --pdd-wan-bandwidth-mbps"),
+        ({"pdd_wan_jitter_ms": 5.0}, "--pdd-wan-jitter-ms needs --pdd-wan-bandwidth-mbps"),
+        ({"pdd_wan_bandwidth_mbps": 8.0}, "--pdd-wan-bandwidth-mbps needs --pdd-wan-hosts"),
+        ({"pdd_role": "relay"}, "--pdd-role relay needs --disaggregation-mode decode"),
+        (
+            {"pdd_role": "main", "disaggregation_mode": "decode", "pdd_control_port": 5600},
+            "--disaggregation-decode-enable-radix-cache",
+        ),
+        ({"pdd_role": "main", "disaggregation_mode": "decode"}, "--pdd-control-port"),
+        ({"pdd_control_port": 5600}, "only accepted with --pdd-role main"),
+    ],
+)
+def test_contradictions_are_refused_naming_the_flags(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        _config(**overrides)
+
+
+def test_unknown_role_lists_the_accepted_values():
+    with pytest.raises(ValueError, match="accepted values are none, prefill, relay, main"):
+        PddServerConfig(role="decode")
