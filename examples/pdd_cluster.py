@@ -18,10 +18,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sglang_pdd.testbed.client import generate, pd_generate
-from sglang_pdd.testbed.cluster import DATACENTER_B_HOST, PddClusterConfig, _cli, start_cluster
+from sglang_pdd.testbed.client import generate, pd_generate, wait_router_settled
+from sglang_pdd.testbed.cluster import (
+    DATACENTER_B_HOST,
+    PddClusterConfig,
+    start_cluster,
+    start_wan_proxy,
+)
 from sglang_pdd.testbed.launcher import ServerGroup, ServerSpec
-from sglang_pdd.testbed.ports import free_port
 from sglang_pdd.transfer.wan_link import WanLinkConfig
 
 WORDS = ("cache prefill decode relay main token stream latency link datacenter radix extend "
@@ -41,14 +45,7 @@ def start_baseline(group: ServerGroup, cluster, model: str, cfg: PddClusterConfi
         chunked_prefill_size=cfg.chunked_prefill_size, max_total_tokens=cfg.max_total_tokens,
         env=(("SGLANG_HOST_IP", DATACENTER_B_HOST),),
         extra_args=("--disaggregation-decode-enable-radix-cache",)))  # fmt: skip
-    port = free_port()
-    link = ("--bandwidth-mbps", str(cfg.wan.bandwidth_mbps), "--delay-ms",
-            str(cfg.wan.one_way_delay_ms))  # fmt: skip
-    proxy = group.launch_command("baseline-wan-http", _cli(
-        "wan-link", "--listen", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{decode.port}",
-        *link), port)  # fmt: skip
-    group.wait_ready(proxy, timeout=60, path=None)
-    return f"http://127.0.0.1:{port}"
+    return start_wan_proxy(group, "baseline-wan-http", decode.port, cfg.wan)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
                 body = {"text": history, "sampling_params": {
                     "temperature": 0.0, "max_new_tokens": args.max_new_tokens}}  # fmt: skip
                 pdd = generate(cluster.router_url, body, stream=True)
+                # A request finished on RLD still sends its KV to MD: let that end first, so the
+                # baseline does not share the link with it.
+                wait_router_settled(cluster.router_url)
                 base = pd_generate(prefill.url, prefill.bootstrap_port, baseline_decode, body,
                                    stream=True)  # fmt: skip
                 if pdd.status != 200 or base.status != 200:

@@ -89,3 +89,15 @@ def pd_generate(
     if prefill_result and prefill_result[0].status != 200 and result.status == 200:
         return prefill_result[0]
     return result
+
+
+def wait_router_settled(router_url: str, timeout: float = 120) -> None:
+    """Wait until the router's sub-requests that outlive their client requests have ended (for
+    a request finished on Relay-Decode: Main-Decode has received and cached its KV)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = requests.get(f"{router_url}/get_server_info", timeout=30).json()
+        if info["pdd_router"]["background_requests"] == 0:
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"the router at {router_url} still runs background sub-requests")

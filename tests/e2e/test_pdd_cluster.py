@@ -13,7 +13,7 @@ import requests
 import zmq
 
 from sglang_pdd.main_decode import RELAYED_RID_SUFFIX
-from sglang_pdd.testbed.client import generate, iter_sse
+from sglang_pdd.testbed.client import generate, iter_sse, wait_router_settled
 from tests.e2e.prompts import make_prompt, varied_prompts
 
 pytestmark = pytest.mark.servers
@@ -56,7 +56,7 @@ def test_one_shot_matches_colocated(pdd_cluster, colocated, stream):
     assert len({r["handoff_tokens"] for r in handed}) >= 2  # handoffs at different points
     # Requests that finished on RLD were released on MD: once the router's leftover
     # sub-requests end, no instance holds any request's KV.
-    _wait_background_done(pdd_cluster.router_url)
+    wait_router_settled(pdd_cluster.router_url)
     _assert_nothing_held(pdd_cluster)
 
 
@@ -100,7 +100,7 @@ def test_second_turn_moves_only_the_delta_over_the_wan(pdd_cluster, colocated):
     # Turn 1 finishes on Relay-Decode (4 tokens): Main-Decode must still end up holding its KV.
     first = generate(pdd_cluster.router_url, _body(turn1, 4))
     assert first.body["meta_info"]["pdd"]["finished_on"] == "relay"
-    _wait_background_done(pdd_cluster.router_url)
+    wait_router_settled(pdd_cluster.router_url)
     if first.body["meta_info"]["pdd"]["main_ready_s"] is None:
         # The client's record went out before MD's KV landed; the router logs it afterwards.
         late = [line for line in pdd_cluster.router.log_text().splitlines()
@@ -121,18 +121,6 @@ def pdd_cluster_kv_bytes(cluster) -> int:
     info = json.loads((__import__("pathlib").Path(cluster.config.model_path)
                        / "tiny_model.json").read_text())  # fmt: skip
     return info["kv_bytes_per_token_bf16"] * 2
-
-
-def _wait_background_done(router_url: str, timeout: float = 120) -> None:
-    """Wait until the router's sub-requests that outlive their client requests have ended: for
-    a request finished on Relay-Decode, that is Main-Decode having cached its KV."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        info = requests.get(f"{router_url}/get_server_info", timeout=30).json()
-        if info["pdd_router"]["background_requests"] == 0:
-            return
-        time.sleep(0.3)
-    raise AssertionError("the router still has sub-requests running in the background")
 
 
 def _loads(url: str) -> dict:
