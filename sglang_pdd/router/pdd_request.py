@@ -154,12 +154,11 @@ class PddRequestRun:
             result = await until
         finally:
             self.router.control_for(self.main).forget(main_rid)
-        while not events.empty():
-            event = events.get_nowait()
-            if event.get("event") == "ready" and self.record.main_ready_s is None:
-                late = {"wan_bytes": int(event.get("kv_bytes", 0)),
-                        "main_cached_tokens": event.get("cached_tokens")}  # fmt: skip
-                logger.info("pdd-late-transfer rid=%s %s", self.rid, json.dumps(late))
+        ready = _take_ready(events)
+        if ready is not None and self.record.main_ready_s is None:
+            late = {"wan_bytes": int(ready.get("kv_bytes", 0)),
+                    "main_cached_tokens": ready.get("cached_tokens")}  # fmt: skip
+            logger.info("pdd-late-transfer rid=%s %s", self.rid, json.dumps(late))
         return result
 
     async def _warm_main_after(self, prefill1: asyncio.Task, main_rid: str, room2: int,
@@ -329,7 +328,15 @@ class PddRequestRun:
         raise UpstreamError(502, {"error": {"message": "Main-Decode stream ended early"}})
 
     def _drain_ready(self, events: asyncio.Queue) -> None:
-        while not events.empty():
-            event = events.get_nowait()
-            if event.get("event") == "ready":
-                self._note_ready(event)
+        if (ready := _take_ready(events)) is not None:
+            self._note_ready(ready)
+
+
+def _take_ready(events: asyncio.Queue) -> dict | None:
+    """Empty ``events``; return the "ready" event among them, if any."""
+    ready = None
+    while not events.empty():
+        event = events.get_nowait()
+        if event.get("event") == "ready":
+            ready = ready or event
+    return ready
