@@ -57,7 +57,8 @@ class _Run:
         max_new = int(sampling.get("max_new_tokens", 128) or 128)
         decision, instances = state.plan(input_ids, max_new)
         self.run = PddRequestRun(state, self.body, self.rid, decision, instances)
-        self.text = StreamingText(state.tokenizer, bool(sampling.get("no_stop_trim")))
+        self.text = StreamingText(state.tokenizer, bool(sampling.get("no_stop_trim")),
+                                  bool(sampling.get("skip_special_tokens", True)))  # fmt: skip
         self.finished: Finished | None = None
         self.tail = ""  # text released by the final trim of a matched stop
 

@@ -35,5 +35,4 @@ def unsupported_fields(body: dict, served: frozenset[str]) -> list[str]:
 
 
 def unsupported_message(fields: list[str]) -> str:
-    return (f"not supported by the sglang-pdd router: {', '.join(fields)} (it serves: text or "
-            f"input_ids, sampling parameters, stream, rid)")  # fmt: skip
+    return f"not supported by the sglang-pdd router: {', '.join(fields)}"

@@ -7,18 +7,21 @@ class StreamingText:
     """Decode a growing list of ids; ``add()`` returns only text that is final.
 
     At the end, ``finish()`` trims a matched stop string or stop token the way SGLang's
-    detokenizer does (unless ``no_stop_trim``), so the text equals a plain server's.
+    detokenizer does (unless ``no_stop_trim``), so the text equals a plain server's; the
+    sampling parameters ``no_stop_trim`` and ``skip_special_tokens`` mean what they mean there.
     """
 
-    def __init__(self, tokenizer, no_stop_trim: bool = False) -> None:
+    def __init__(self, tokenizer, no_stop_trim: bool = False,
+                 skip_special_tokens: bool = True) -> None:  # fmt: skip
         self.tokenizer = tokenizer
         self.no_stop_trim = no_stop_trim
+        self.skip_special_tokens = skip_special_tokens
         self.ids: list[int] = []
         self.sent = ""
         self._final: str | None = None
 
     def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
 
     def full(self) -> str:
         return self._final if self._final is not None else self._decode(self.ids)

@@ -26,4 +26,5 @@ def test_openai_fields():
 
 
 def test_message_names_the_fields():
-    assert "return_logprob, n" in unsupported_message(["return_logprob", "n"])
+    message = unsupported_message(["return_logprob", "n"])
+    assert message == "not supported by the sglang-pdd router: return_logprob, n"

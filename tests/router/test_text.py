@@ -44,3 +44,10 @@ def test_stop_token_is_dropped_from_the_text():
     eos.add([*_ids("ok"), EOS])
     eos.finish({"type": "stop", "matched": EOS})
     assert eos.full() == "ok"
+
+
+def test_special_tokens_kept_when_asked():
+    text = StreamingText(CharTokenizer(), skip_special_tokens=False)
+    text.add([*_ids("ok"), EOS])
+    text.finish({"type": "length", "length": 3})
+    assert text.full() == "ok\x00"
