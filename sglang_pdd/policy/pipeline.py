@@ -33,8 +33,10 @@ def _check_finite(name: str, value: object, *, positive: bool) -> None:
 class PipelinePolicyConfig:
     """How the router picks a pipeline for each request.
 
-    relay_threshold_s: a request whose KV is estimated to reach MD later than this goes through
-        RLD (P-RLD-MD) so that tokens stream while the WAN transfer runs; otherwise P-MD.
+    ttft_slo_s: the operator's TTFT objective. A request whose first token from Main-Decode is
+        estimated to come later than this (prefill, then the KV's wait on the live link) goes
+        through RLD (P-RLD-MD), which streams while the WAN transfer runs; otherwise P-MD.
+        0 relays every request.
     enable_relay: False turns PDD into plain cross-datacenter PD (every request P-MD).
     enable_anomaly_filter: block the WAN transfer of long-input / short-output requests whose
         transfer would be slow and let RLD finish them (P-RLD).
@@ -44,7 +46,7 @@ class PipelinePolicyConfig:
         1.0 = full), relaying only queues the request behind RLD, so it goes P-MD instead.
     """
 
-    relay_threshold_s: float = 1.0
+    ttft_slo_s: float = 1.0
     enable_relay: bool = True
     enable_anomaly_filter: bool = True
     anomaly_min_input_tokens: int = 32768
@@ -52,7 +54,7 @@ class PipelinePolicyConfig:
     max_relay_load: float = 1.0
 
     def __post_init__(self) -> None:
-        _check_finite("relay_threshold_s", self.relay_threshold_s, positive=False)
+        _check_finite("ttft_slo_s", self.ttft_slo_s, positive=False)
         _check_finite("max_relay_load", self.max_relay_load, positive=True)
         for flag in ("enable_relay", "enable_anomaly_filter"):
             if not isinstance(getattr(self, flag), bool):
@@ -121,6 +123,7 @@ class PipelineDecision:
     reason: str
     wan_bytes: int
     est_main_ready_s: float
+    rule: str = ""  # a short, fixed name of the rule that decided (a metrics label)
 
 
 class PipelinePolicy:
@@ -134,24 +137,39 @@ class PipelinePolicy:
         self.config = config or PipelinePolicyConfig()
 
     def decide(
-        self, facts: RequestFacts, link: LinkEstimate, relay_load: float = 0.0
+        self,
+        facts: RequestFacts,
+        link: LinkEstimate,
+        relay_load: float = 0.0,
+        *,
+        prefill_s: float = 0.0,
     ) -> PipelineDecision:
         """Pick the pipeline for one request given its cache facts and the link's state.
 
+        link: the live state of the path to the chosen MD (throughput, bytes queued ahead).
         relay_load: busy fraction of the least-loaded RLD (0 when unknown).
+        prefill_s: the expected time until P has prefilled it (queue included).
         """
         cfg = self.config
         if not isinstance(relay_load, (int, float)) or not relay_load >= 0:
             raise ValueError(f"relay_load must be a number >= 0, got {relay_load!r}")
+        _check_finite("prefill_s", prefill_s, positive=False)
         wan_bytes = facts.uncached_tokens * facts.kv_bytes_per_token
-        est = link.transfer_time_s(wan_bytes)
-        slow = est > cfg.relay_threshold_s
+        est = prefill_s + link.transfer_time_s(wan_bytes)
+        why = (
+            f"MD first token ~{est:.2f}s (prefill {prefill_s:.2f}s, {wan_bytes / 1e3:.0f} kB "
+            f"behind {link.backlog_bytes / 1e3:.0f} kB at "
+            f"{link.bandwidth_bytes_per_s * 8 / 1e6:.1f} Mbit/s, +{link.rtt_s:.2f}s)"
+        )
+        slow = est > cfg.ttft_slo_s
         if cfg.enable_relay and slow and relay_load >= cfg.max_relay_load:
             return PipelineDecision(
                 PIPELINE_P_MD,
-                f"transfer {est:.2f}s but RLD load {relay_load:.2f} >= {cfg.max_relay_load}",
+                f"{why} > SLO {cfg.ttft_slo_s}s but RLD load {relay_load:.2f} >= "
+                f"{cfg.max_relay_load}",
                 wan_bytes,
                 est,
+                "relay_busy",
             )
         if (
             cfg.enable_relay
@@ -163,16 +181,18 @@ class PipelinePolicy:
             return PipelineDecision(
                 PIPELINE_P_RLD,
                 f"anomalous: input {facts.input_tokens} >= {cfg.anomaly_min_input_tokens}, "
-                f"output <= {cfg.anomaly_max_output_tokens}, transfer {est:.2f}s; RLD finishes",
+                f"output <= {cfg.anomaly_max_output_tokens}, {why}; RLD finishes",
                 0,
                 math.inf,
+                "anomalous",
             )
         if cfg.enable_relay and slow:
             return PipelineDecision(
-                PIPELINE_P_RLD_MD,
-                f"transfer {est:.2f}s > {cfg.relay_threshold_s}s: RLD masks it",
-                wan_bytes,
-                est,
-            )
-        why = "relay disabled" if not cfg.enable_relay else f"transfer {est:.2f}s fast enough"
-        return PipelineDecision(PIPELINE_P_MD, why, wan_bytes, est)
+                PIPELINE_P_RLD_MD, f"{why} > SLO {cfg.ttft_slo_s}s: RLD streams first",
+                wan_bytes, est, "over_slo",
+            )  # fmt: skip
+        if not cfg.enable_relay:
+            return PipelineDecision(PIPELINE_P_MD, f"relay disabled; {why}", wan_bytes, est,
+                                    "relay_disabled")  # fmt: skip
+        return PipelineDecision(PIPELINE_P_MD, f"{why} <= SLO {cfg.ttft_slo_s}s", wan_bytes, est,
+                                "within_slo")  # fmt: skip

@@ -55,8 +55,9 @@ class _Run:
         self.rid = extra.pop("rid", None) or uuid.uuid4().hex
         self.body = {"input_ids": input_ids, "sampling_params": sampling, **extra}
         max_new = int(sampling.get("max_new_tokens", 128) or 128)
-        decision, instances = state.plan(input_ids, max_new)
-        self.run = PddRequestRun(state, self.body, self.rid, decision, instances)
+        decision, instances, main_plan = state.plan(input_ids, max_new)
+        state.metrics.requests.labels(decision.pipeline, decision.rule).inc()
+        self.run = PddRequestRun(state, self.body, self.rid, decision, instances, main_plan)
         self.text = StreamingText(state.tokenizer, bool(sampling.get("no_stop_trim")),
                                   bool(sampling.get("skip_special_tokens", True)))  # fmt: skip
         self.finished: Finished | None = None
@@ -64,9 +65,25 @@ class _Run:
 
     async def events(self):
         completed = False
+        metrics = self.state.metrics
+        last = None
         try:
             async for event in self.run.events():
+                if isinstance(event, TokenDelta):
+                    now = self.run._since()
+                    if last is None:
+                        metrics.ttft.observe(now)
+                    else:
+                        metrics.itl.observe(now - last)
+                    last = now
+                    metrics.output_tokens.labels(event.source).inc(len(event.token_ids))
                 if isinstance(event, Finished):
+                    record = event.record
+                    if record.main_ready_s is not None:
+                        metrics.main_ready.observe(record.main_ready_s)
+                        metrics.wan_bytes.inc(record.wan_bytes)
+                    if record.handoff_stall_s is not None:
+                        metrics.handoff_stall.observe(record.handoff_stall_s)
                     self.finished = event
                     self.tail = self.text.finish(event.finish_reason)
                     logger.info("pdd-record rid=%s %s", self.rid,
@@ -238,7 +255,14 @@ async def server_info(request):
         # Sub-requests still running after their client was answered (e.g. Main-Decode
         # caching the KV of a request that finished on Relay-Decode).
         "background_requests": len(state.background),
-        "relay_loads": dict(state.relay_loads)}})  # fmt: skip
+        "relay_loads": dict(state.relay_loads),
+        "prefill_estimate_s": state.prefill_estimate_s,
+        "mains": {url: site.describe() for url, site in state.mains.items()}}})  # fmt: skip
+
+
+async def metrics(request):
+    body = request.app[STATE].metrics.render()
+    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
 
 
 @web.middleware
@@ -261,6 +285,7 @@ def build_app(state: RouterState) -> web.Application:
     app.router.add_get("/health_generate", health_generate)
     app.router.add_get("/get_model_info", model_info)
     app.router.add_get("/get_server_info", server_info)
+    app.router.add_get("/metrics", metrics)
 
     async def on_startup(app):
         await state.start()

@@ -6,7 +6,7 @@ import argparse
 import logging
 
 from sglang_pdd.policy import HANDOFF_MODES, HandoffPolicyConfig, PipelinePolicyConfig
-from sglang_pdd.router.config import MainEndpoint, RouterConfig
+from sglang_pdd.router.config import MAIN_TRANSFER_STARTS, MainEndpoint, RouterConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,6 +19,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--main-control", action="append", default=[],
                    help="tcp://HOST:PORT of each Main-Decode's --pdd-control-port, in --main "
                    "order")  # fmt: skip
+    p.add_argument("--main-kv-events", action="append", default=[],
+                   help="tcp://HOST:PORT of each Main-Decode's KV event publisher (its "
+                   "--kv-events-config endpoint), in --main order: the router's view of MD's "
+                   "cache then follows MD's radix tree; without it, the view holds what MD "
+                   "confirmed it received")  # fmt: skip
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--handoff-mode", default="one-shot", choices=HANDOFF_MODES)
@@ -30,10 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--catchup-chunk", type=int, default=64, help="Catch-Up chunk size (tokens)")
     p.add_argument(
-        "--relay-threshold-s",
+        "--ttft-slo-s",
         type=float,
         default=1.0,
-        help="use P-RLD-MD when MD's estimated KV arrival exceeds this (0: always)",
+        help="TTFT objective: a request whose first token from Main-Decode (prefill plus the KV's "
+        "time on the live link) is estimated later than this streams from Relay-Decode first "
+        "(P-RLD-MD); 0: always relay",
     )
     p.add_argument(
         "--auto-relay-busy-fraction",
@@ -82,13 +89,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="reuse an idle connection to an instance for at most this long; keep it below "
         "SGLang's 5 s keep-alive minus the link's RTT (0: a new connection per request)",
     )
+    p.add_argument(
+        "--main-transfer-start",
+        default="with-prefill",
+        choices=MAIN_TRANSFER_STARTS,
+        help="P-RLD-MD: request Main-Decode's KV from P together with Relay-Decode's (P holds "
+        "it until the prefill ends; needs sglang-pdd on P) or only after P answered RLD's",
+    )
     p.add_argument("--log-level", default="info")
     return p
 
 
 # Policy config fields (shared with the simulator's YAML) -> the router flag that sets them.
 _POLICY_FLAGS = {
-    "relay_threshold_s": "--relay-threshold-s",
+    "ttft_slo_s": "--ttft-slo-s",
     "max_relay_load": "--max-relay-load",
     "anomaly_min_input_tokens": "--anomaly-min-input-tokens",
     "anomaly_max_output_tokens": "--anomaly-max-output-tokens",
@@ -111,7 +125,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
                          f"got {len(args.main_control)}")  # fmt: skip
     try:
         pipeline = PipelinePolicyConfig(
-            relay_threshold_s=args.relay_threshold_s, enable_relay=not args.no_relay,
+            ttft_slo_s=args.ttft_slo_s, enable_relay=not args.no_relay,
             enable_anomaly_filter=not args.no_anomaly_filter, max_relay_load=args.max_relay_load,
             anomaly_min_input_tokens=args.anomaly_min_input_tokens,
             anomaly_max_output_tokens=args.anomaly_max_output_tokens)  # fmt: skip
@@ -121,12 +135,18 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
             auto_relay_busy_fraction=args.auto_relay_busy_fraction)  # fmt: skip
     except ValueError as exc:
         raise ValueError(_name_the_flag(str(exc))) from exc
+    if args.main_kv_events and len(args.main_kv_events) != len(args.main):
+        raise ValueError(f"--main-kv-events must be given once per --main ({len(args.main)}) or "
+                         f"not at all, got {len(args.main_kv_events)}")  # fmt: skip
+    events = args.main_kv_events or [None] * len(args.main)
     return RouterConfig(
         prefill=tuple(args.prefill), relay=tuple(args.relay),
-        main=tuple(MainEndpoint(u, c) for u, c in zip(args.main, args.main_control, strict=True)),
+        main=tuple(MainEndpoint(u, c, e)
+                   for u, c, e in zip(args.main, args.main_control, events, strict=True)),
         host=args.host, port=args.port, pipeline=pipeline, handoff=handoff,
         wan_bandwidth_mbps=args.wan_bandwidth_mbps, wan_rtt_ms=args.wan_rtt_ms,
         tokenizer_path=args.tokenizer_path, upstream_keepalive_s=args.upstream_keepalive_s,
+        main_transfer_start=args.main_transfer_start,
     )  # fmt: skip
 
 

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from sglang_pdd.policy import HandoffPolicyConfig, PipelinePolicyConfig
 
+MAIN_TRANSFER_STARTS = ("with-prefill", "after-relay")
+
 
 @dataclass(frozen=True)
 class MainEndpoint:
@@ -13,6 +15,7 @@ class MainEndpoint:
 
     url: str
     control: str  # tcp://host:port
+    kv_events: str | None = None  # tcp://host:port of its KV event publisher, if it has one
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,11 @@ class RouterConfig:
     # connections after SGLANG_TIMEOUT_KEEP_ALIVE (5 s); a request sent on one the server is
     # closing fails, and over a WAN that window widens by the RTT. 0: a new connection each time.
     upstream_keepalive_s: float = 2.0
+    # P-RLD-MD: when Main-Decode's copy of the KV is requested from P. "with-prefill": at once,
+    # beside Relay-Decode's (P holds it until the prefill ends; MD's KV leaves when it does);
+    # "after-relay": once P answered Relay-Decode's request (the earlier behaviour, for
+    # comparison and for prefill servers without sglang-pdd's hold hook).
+    main_transfer_start: str = "with-prefill"
 
     def __post_init__(self) -> None:
         if not self.prefill:
@@ -51,6 +59,9 @@ class RouterConfig:
             if not endpoint.control.startswith("tcp://"):
                 raise ValueError(f"--main-control must look like tcp://HOST:PORT, got "
                                  f"{endpoint.control!r}")  # fmt: skip
+            if endpoint.kv_events is not None and not endpoint.kv_events.startswith("tcp://"):
+                raise ValueError(f"--main-kv-events must look like tcp://HOST:PORT, got "
+                                 f"{endpoint.kv_events!r}")  # fmt: skip
         if self.pipeline.enable_relay and not self.relay:
             raise ValueError("--relay is required unless --no-relay is given")
         if not 0 < self.port < 65536:
@@ -60,6 +71,10 @@ class RouterConfig:
         if self.upstream_keepalive_s < 0:
             raise ValueError(f"--upstream-keepalive-s must be >= 0 (0: no reuse), got "
                              f"{self.upstream_keepalive_s}")  # fmt: skip
+        if self.main_transfer_start not in MAIN_TRANSFER_STARTS:
+            raise ValueError(f"--main-transfer-start must be one of "
+                             f"{', '.join(MAIN_TRANSFER_STARTS)}, got "
+                             f"{self.main_transfer_start!r}")  # fmt: skip
         if self.cache_block_tokens < 1:
             raise ValueError("--cache-block-tokens must be >= 1")
 

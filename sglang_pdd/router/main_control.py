@@ -24,6 +24,9 @@ class MainControlClient:
         self._socket.connect(endpoint)
         self._queues: dict[str, asyncio.Queue] = {}
         self._reader: asyncio.Task | None = None
+        # Called with every event before it is queued (e.g. the transfer registry notes landings
+        # even for requests whose own loop reads its queue later).
+        self.listeners: list = []
 
     def start(self) -> None:
         if self._reader is None:
@@ -38,6 +41,11 @@ class MainControlClient:
             except (ValueError, KeyError, TypeError):
                 logger.warning("sglang-pdd router: bad event from %s: %r", self.endpoint, payload)
                 continue
+            for listener in self.listeners:
+                try:
+                    listener(event)
+                except Exception:  # a bookkeeping bug must not stop the event stream
+                    logger.exception("sglang-pdd router: event listener failed on %r", event)
             if queue is not None:
                 queue.put_nowait(event)
 

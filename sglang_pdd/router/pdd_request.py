@@ -19,9 +19,11 @@ import time
 
 import aiohttp
 
+from sglang_pdd.cache.prefix_blocks import block_hashes
 from sglang_pdd.main_decode import RELAYED_RID_SUFFIX
 from sglang_pdd.policy import PIPELINE_P_MD, PIPELINE_P_RLD
 from sglang_pdd.router.record import Finished, PddRecord, TokenDelta
+from sglang_pdd.router.transfers import DEFERRED, DROPPED
 from sglang_pdd.router.upstream import UpstreamError, abort, post_json, stream_sse
 
 logger = logging.getLogger("sglang_pdd.router")
@@ -41,17 +43,26 @@ async def _pump(stream, queue: asyncio.Queue) -> None:
 class PddRequestRun:
     """Drive one request; iterate ``events()`` for ``TokenDelta``s and a final ``Finished``."""
 
-    def __init__(self, router, body: dict, rid: str, decision, instances) -> None:
+    def __init__(self, router, body: dict, rid: str, decision, instances, main_plan=None) -> None:
         self.router = router
         self.body = body  # /generate body with input_ids and sampling_params
         self.rid = rid
         self.decision = decision
         self.prefill_url, self.relay_url, self.main = instances
-        self.record = PddRecord(pipeline=decision.pipeline, reason=decision.reason)
+        self.site = router.site(self.main)
+        self.main_plan = main_plan  # how the KV reaches MD (None: P-RLD)
+        self.record = PddRecord(pipeline=decision.pipeline, reason=decision.reason,
+                                main=self.main.url, est_main_ready_s=decision.est_main_ready_s
+                                if decision.est_main_ready_s != float("inf") else None)  # fmt: skip
         self.t0 = time.monotonic()
         self._tasks: list[asyncio.Task] = []
         self.prompt_tokens = len(body["input_ids"])
         self._released = False  # finished on RLD; MD still receives (and caches) the KV
+        self._transfer = None  # this request's registered transfer to MD
+        self._last_relay_s = 0.0
+        self.site.active += 1
+        router.prefill_active[self.prefill_url] += 1
+        self._counted = True
 
     # -- helpers ----------------------------------------------------------------------------
     def _since(self) -> float:
@@ -82,11 +93,15 @@ class PddRequestRun:
             self.router.keep_in_background(task)
 
     def _delta(self, token_ids: list[int], source: str) -> TokenDelta:
+        now = self._since()
         if self.record.first_token_s is None and token_ids:
-            self.record.first_token_s = self._since()
+            self.record.first_token_s = now
         if source == "relay":
             self.record.relay_tokens += len(token_ids)
+            self._last_relay_s = now
         else:
+            if self.record.main_tokens == 0 and self.record.relay_tokens:
+                self.record.handoff_stall_s = now - self._last_relay_s
             self.record.main_tokens += len(token_ids)
         return TokenDelta(token_ids, source)
 
@@ -95,15 +110,60 @@ class PddRequestRun:
         urls = {self.prefill_url, self.main.url} | ({self.relay_url} if self.relay_url else set())
         await asyncio.gather(*(abort(self.router.session, url, self.rid) for url in urls))
 
+    def _prefill_done(self, _task=None) -> None:
+        if self._counted:
+            self._counted = False
+            self.router.prefill_active[self.prefill_url] -= 1
+
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        self._prefill_done()
+        self.site.active -= 1
+        if self._transfer is not None and not self._released:
+            self.site.transfers.drop(self._transfer)  # never landed: nothing to wait for
         if not self._released:  # else the background task reading MD's late events forgets it
             self.router.control_for(self.main).forget(self.rid + RELAYED_RID_SUFFIX)
         self.router.control_for(self.main).forget(self.rid + ".main")
+
+    # -- the transfer to Main-Decode ----------------------------------------------------------
+    async def _wait_for_dependency(self) -> None:
+        """Wait until no transfer on MD's link carries this prompt's prefix (then MD asks P only
+        for what it still lacks); a deferred warm of a prefix is carried by this request."""
+        mp = self.main_plan
+        dep = mp.dependency if mp is not None else None
+        if dep is None:
+            return
+        transfers = self.site.transfers
+        if mp.carries_dependency and dep.state == DEFERRED:
+            transfers.drop(dep)
+            self.record.reason += f"; carries the deferred warm of {dep.rid}"
+            return
+        transfers.promote(dep)
+        if not dep.off_link.is_set():
+            transfers.stats.waited += 1
+            started = self._since()
+            await dep.off_link.wait()
+            self.record.waited_s = round(self._since() - started, 4)
+
+    def _start_transfer(self, main_rid: str, *, warming: bool = False, learn: bool = True):
+        """Register the KV this request is about to send to MD (what MD's cache lacks now)."""
+        ids = self.body["input_ids"]
+        hashes = self.main_plan.hashes if self.main_plan is not None else block_hashes(
+            ids, self.router.config.cache_block_tokens)  # fmt: skip
+        cached = min(self.site.cached_tokens(ids), len(ids))
+        nbytes = (len(ids) - cached) * self.router.kv_bytes_per_token
+        self._transfer = self.site.transfers.start(
+            main_rid, hashes, cached // self.router.config.cache_block_tokens, nbytes,
+            warming=warming, learn=learn)  # fmt: skip
+        return self._transfer
+
+    def _main_ended(self, output_ids=()) -> None:
+        """MD's request ended normally: SGLang inserted its KV into MD's radix tree."""
+        self.site.confirm_cached(list(self.body["input_ids"]) + list(output_ids))
 
     # -- pipelines --------------------------------------------------------------------------
     async def events(self):
@@ -122,9 +182,12 @@ class PddRequestRun:
         rid = self.rid + ".main"
         control = self.router.control_for(self.main)
         events = await control.watch(rid)
+        await self._wait_for_dependency()
+        self._start_transfer(rid, learn=False)  # its time to MD includes P's prefill
         room = random.getrandbits(63)
-        self._spawn(post_json(self.router.session, f"{self.prefill_url}/generate",
-                              self._sub_body(self.rid + ".p", room)))  # fmt: skip
+        prefill = self._spawn(post_json(self.router.session, f"{self.prefill_url}/generate",
+                                        self._sub_body(self.rid + ".p", room)))  # fmt: skip
+        prefill.add_done_callback(self._prefill_done)
         main_q = self._stream_into_queue(self.main.url, self._sub_body(rid, room))
         async for event in self._follow_main(main_q, events, already_sent=0):
             yield event
@@ -133,6 +196,7 @@ class PddRequestRun:
         room = random.getrandbits(63)
         prefill = self._spawn(post_json(self.router.session, f"{self.prefill_url}/generate",
                                         self._sub_body(self.rid + ".p", room)))  # fmt: skip
+        prefill.add_done_callback(self._prefill_done)
         relay_q = self._stream_into_queue(self.relay_url, self._sub_body(self.rid + ".relay", room))
         sent = 0
         while (chunk := await relay_q.get()) is not _END:
@@ -159,23 +223,34 @@ class PddRequestRun:
             late = {"wan_bytes": int(ready.get("kv_bytes", 0)),
                     "main_cached_tokens": ready.get("cached_tokens")}  # fmt: skip
             logger.info("pdd-late-transfer rid=%s %s", self.rid, json.dumps(late))
+            self.router.metrics.wan_bytes.inc(late["wan_bytes"])
+        if ready is not None:
+            self._main_ended()
         return result
 
-    async def _warm_main_after(self, prefill1: asyncio.Task, main_rid: str, room2: int,
+    async def _warm_main_after(self, gate: asyncio.Task, main_rid: str, room2: int,
                                events: asyncio.Queue) -> None:  # fmt: skip
         """Send room 2 (P's radix hit, over the WAN) to Main-Decode for a request that already
-        finished on Relay-Decode, and release it there: MD caches the prompt's KV and ends it."""
+        finished on Relay-Decode, and release it there: MD caches the prompt's KV and ends it.
+
+        This is cache warming, not serving: it waits while serving transfers use MD's link, and
+        a later request that extends this prompt may carry it instead (the warm is dropped)."""
+        control = self.router.control_for(self.main)
         try:
-            await asyncio.shield(prefill1)
+            await asyncio.shield(gate)
         except (UpstreamError, aiohttp.ClientError, asyncio.CancelledError) as exc:
             logger.info("sglang-pdd router: %s: prefill failed (%s); Main-Decode not warmed",
                         self.rid, exc)  # fmt: skip
             await abort(self.router.session, self.main.url, main_rid)
-            self.router.control_for(self.main).forget(main_rid)
+            control.forget(main_rid)
             return
-        logger.info("sglang-pdd router: %s finished on Relay-Decode before P answered; sending "
-                    "its KV to Main-Decode's cache now", self.rid)  # fmt: skip
-        control = self.router.control_for(self.main)
+        transfer = self._start_transfer(main_rid, warming=True)
+        await transfer.dispatch.wait()
+        if transfer.state == DROPPED:  # a later request of this prefix carried it
+            control.forget(main_rid)
+            return
+        logger.info("sglang-pdd router: %s finished on Relay-Decode before its KV left; sending "
+                    "it to Main-Decode's cache now", self.rid)  # fmt: skip
         await control.release(main_rid)
         session = self.router.session
         results = await self._report_late_transfer(events, main_rid, asyncio.gather(
@@ -188,6 +263,13 @@ class PddRequestRun:
             if isinstance(result, BaseException):
                 logger.warning("sglang-pdd router: %s: warming Main-Decode failed: %s",
                                self.rid, result)  # fmt: skip
+        self.site.transfers.drop(transfer)  # no-op once landed; frees waiters if it failed
+
+    async def _main_gate(self, prefill1: asyncio.Task) -> None:
+        """Room 2 may go once P's KV for room 1 is out (room 2 is then a radix hit on P) and no
+        transfer on MD's link carries this prompt's prefix."""
+        await asyncio.shield(prefill1)
+        await self._wait_for_dependency()
 
     async def _raise_prefill_error(self, prefill_task: asyncio.Task, fallback: Exception):
         """Prefer the prefill server's error (it validates the prompt) over a decode-side one."""
@@ -203,8 +285,26 @@ class PddRequestRun:
         session = self.router.session
         prefill1 = self._spawn(post_json(session, f"{self.prefill_url}/generate",
                                          self._sub_body(self.rid + ".p1", room1)))  # fmt: skip
+        prefill1.add_done_callback(self._prefill_done)
         relay_q = self._stream_into_queue(self.relay_url, self._sub_body(relay_rid, room1))
         main_q: asyncio.Queue | None = None
+        gate = prefill2 = None
+        mp = self.main_plan
+        if self.router.config.main_transfer_start == "with-prefill" and (
+            mp.dependency is None or mp.carries_dependency
+        ):
+            # Room 2 goes now: MD's bootstrap and prefix match overlap P's prefill, and P holds
+            # room 2 until room 1 is prefilled (patches/prefill_twin_hold.py), so its KV leaves
+            # when the prefill ends, as a radix hit.
+            await self._wait_for_dependency()  # drops a deferred warm this request carries
+            self._start_transfer(main_rid, learn=False)
+            prefill1.add_done_callback(
+                lambda _t: self.site.transfers.restart_clock(main_rid))  # fmt: skip
+            prefill2 = self._spawn(post_json(session, f"{self.prefill_url}/generate",
+                                             self._sub_body(self.rid + ".p2", room2)))  # fmt: skip
+            main_q = self._stream_into_queue(self.main.url, self._sub_body(main_rid, room2))
+        else:
+            gate = self._spawn(self._main_gate(prefill1))
         relay_ids: list[int] = []
         handed = 0  # ids Main-Decode has been given
         main_ready = False  # MD reported its KV landed
@@ -213,7 +313,7 @@ class PddRequestRun:
             waiters = {asyncio.ensure_future(relay_q.get()): "relay",
                        asyncio.ensure_future(events.get()): "event"}  # fmt: skip
             if main_q is None:
-                waiters[asyncio.ensure_future(asyncio.shield(prefill1))] = "prefill"
+                waiters[asyncio.ensure_future(asyncio.shield(gate))] = "prefill"
             done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             for fut in pending:
                 fut.cancel()
@@ -226,6 +326,7 @@ class PddRequestRun:
                 if kind == "prefill":
                     if main_q is None:
                         # P's KV for room 1 is out; room 2 is now a radix hit on P.
+                        self._start_transfer(main_rid)
                         prefill2 = self._spawn(post_json(
                             session, f"{self.prefill_url}/generate",
                             self._sub_body(self.rid + ".p2", room2)))  # fmt: skip
@@ -238,6 +339,8 @@ class PddRequestRun:
                     if isinstance(value, Exception):
                         await self._raise_prefill_error(prefill1, value)
                     ids = value["output_ids"]
+                    if ids and not relay_ids:
+                        self.router.note_prefill_time(self._since())
                     if len(ids) > len(relay_ids):
                         yield self._delta(ids[len(relay_ids) :], "relay")
                         relay_ids = list(ids)
@@ -248,15 +351,16 @@ class PddRequestRun:
                         if main_q is None:
                             # P's first send has not answered yet: room 2 still goes out
                             # once it has, so that MD's cache holds this prompt too.
-                            self._detach(prefill1)
+                            self._detach(prefill1, gate)
                             self._released = True
                             self.router.run_in_background(
-                                self._warm_main_after(prefill1, main_rid, room2, events)
+                                self._warm_main_after(gate, main_rid, room2, events)
                             )
                         else:
                             # P's second send and MD's request must live on (cancelling
                             # either would abort the transfer).
                             await control.release(main_rid)
+                            self.site.transfers.mark_warming(main_rid)
                             self._detach(prefill2, main_q.task)
                             self._released = True
                             self.router.run_in_background(
@@ -323,6 +427,7 @@ class PddRequestRun:
             if chunk["meta_info"].get("finish_reason"):
                 self.record.finished_on = "main"
                 self._drain_ready(events)
+                self._main_ended(ids)
                 yield Finished(chunk["meta_info"]["finish_reason"], self.prompt_tokens, self.record)
                 return
         raise UpstreamError(502, {"error": {"message": "Main-Decode stream ended early"}})

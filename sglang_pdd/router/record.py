@@ -10,11 +10,15 @@ class PddRecord:
     """Per-request facts; times are seconds since the router received the request."""
 
     pipeline: str
-    reason: str = ""
+    reason: str = ""  # why this pipeline, with the estimates the policy used
+    main: str = ""  # the Main-Decode chosen
+    est_main_ready_s: float | None = None  # the policy's estimate of MD's first token
+    waited_s: float | None = None  # time waited for a transfer of this prefix already on the link
     relay_tokens: int = 0
     main_tokens: int = 0
     main_ready_s: float | None = None
     handoff_s: float | None = None
+    handoff_stall_s: float | None = None  # RLD's last token to MD's first, at the router
     handoff_tokens: int = 0
     handoff_chunks: int = 0
     handoff_mode: str | None = None  # the mode in force at the first handoff step ("auto" resolved)

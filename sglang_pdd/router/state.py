@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+from dataclasses import dataclass, replace
 
 import aiohttp
 
@@ -13,12 +14,14 @@ from sglang_pdd.cache.prefix_blocks import BlockPrefixCache, block_hashes
 from sglang_pdd.policy import (
     PIPELINE_P_RLD,
     HandoffPolicy,
-    LinkEstimate,
     PipelinePolicy,
     RequestFacts,
 )
 from sglang_pdd.router.config import MainEndpoint, RouterConfig
 from sglang_pdd.router.main_control import MainControlClient
+from sglang_pdd.router.main_site import MainSite
+from sglang_pdd.router.transfers import DEFERRED, MainTransfer
+from sglang_pdd.transfer.link_model import LinkModelConfig
 
 logger = logging.getLogger("sglang_pdd.router")
 
@@ -30,11 +33,23 @@ class RouterState:
         self.config = config
         self.pipeline_policy = PipelinePolicy(config.pipeline)
         self.handoff_policy = HandoffPolicy(config.handoff)
-        self.link = LinkEstimate(config.wan_bandwidth_mbps * 1e6 / 8, config.wan_rtt_ms / 1000)
-        self.main_cache = BlockPrefixCache(config.cache_capacity_blocks)
+        link = LinkModelConfig(config.wan_bandwidth_mbps * 1e6 / 8, config.wan_rtt_ms / 1000)
+        self.mains = {
+            m.url: MainSite(m, link, config.cache_block_tokens, config.cache_capacity_blocks)
+            for m in config.main
+        }
+        # What each prefill server holds: every prompt it prefilled, LRU (P keeps its radix cache).
+        self.prefill_cache = {u: BlockPrefixCache(config.cache_capacity_blocks)
+                              for u in config.prefill}  # fmt: skip
+        self.prefill_active = {u: 0 for u in config.prefill}
+        # Seconds from a request's arrival to P's KV at Relay-Decode (P's queue and prefill),
+        # learned from relayed requests' first tokens.
+        self.prefill_estimate_s = 0.05
+        from sglang_pdd.router.metrics import RouterMetrics
+
+        self.metrics = RouterMetrics(self.mains)
         self.session: aiohttp.ClientSession | None = None
         self.bootstrap: dict[str, tuple[str, int]] = {}
-        self.controls: dict[str, MainControlClient] = {}
         self.model_info: dict = {}
         self.server_info: dict = {}
         self.tokenizer = None
@@ -63,10 +78,8 @@ class RouterState:
         main0 = self.config.main[0].url
         self.model_info = await self._get(f"{main0}/get_model_info")
         self.server_info = await self._get(f"{main0}/get_server_info")
-        for endpoint in self.config.main:
-            client = MainControlClient(endpoint.control)
-            client.start()
-            self.controls[endpoint.url] = client
+        for site in self.mains.values():
+            site.start()
         from transformers import AutoTokenizer
 
         path = self.config.tokenizer_path or self.server_info.get("tokenizer_path") or (
@@ -122,8 +135,8 @@ class RouterState:
             self._load_poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._load_poller
-        for client in self.controls.values():
-            await client.close()
+        for site in self.mains.values():
+            await site.close()
         if self.session is not None:
             await self.session.close()
 
@@ -131,8 +144,11 @@ class RouterState:
     def _pick(self, role: str, items):
         return items[next(self._rr[role]) % len(items)]
 
-    def control_for(self, main: MainEndpoint) -> MainControlClient:
-        return self.controls[main.url]
+    def control_for(self, main: MainEndpoint | MainSite) -> MainControlClient:
+        return self.mains[main.url].control
+
+    def site(self, main: MainEndpoint | MainSite) -> MainSite:
+        return self.mains[main.url]
 
     def relay_load(self, url: str | None = None) -> float:
         """Relay-Decode's live load (0..1) from its /v1/loads, for ``url`` or the least busy."""
@@ -140,24 +156,91 @@ class RouterState:
             return self.relay_loads.get(url, 0.0)
         return min((self.relay_loads.get(u, 0.0) for u in self.config.relay), default=0.0)
 
+    def note_prefill_time(self, seconds: float) -> None:
+        """A relayed request's first token came ``seconds`` after it arrived."""
+        self.prefill_estimate_s += 0.2 * (seconds - self.prefill_estimate_s)
+
+    def main_plan(self, site: MainSite, input_ids: list[int], hashes: list[int]) -> MainPlan:
+        """What sending ``input_ids`` to ``site`` now would involve."""
+        block = self.config.cache_block_tokens
+        cached = min(site.cached_tokens(input_ids), len(input_ids))
+        dep = site.transfers.dependency(hashes, cached // block)
+        covered, extra_backlog, carries = cached, 0.0, False
+        if dep is not None:
+            common = _common_blocks(dep.hashes, hashes)
+            if dep.state == DEFERRED and common == len(dep.hashes):
+                carries = True  # this request's transfer carries the warm's prompt itself
+            else:
+                covered = max(cached, min(common * block, len(input_ids)))
+                if dep.state == DEFERRED:
+                    extra_backlog = dep.nbytes  # promoted ahead of this request's own KV
+        return MainPlan(site, hashes, cached, covered, dep, carries, extra_backlog)
+
     def plan(self, input_ids: list[int], max_new_tokens: int):
-        """Pick the pipeline and the instances for a request (and update the cache mirror)."""
+        """Pick the pipeline and the instances for a request.
+
+        Main-Decode: the one whose KV would be ready first (its real cache hit, what is queued
+        on its link, the transfers its prompt must wait for), then the least busy; Prefill: the
+        best prefix hit, then the least busy; Relay-Decode: the least busy.
+        """
         hashes = block_hashes(input_ids, self.config.cache_block_tokens)
-        cached = self.main_cache.match(hashes) * self.config.cache_block_tokens
-        facts = RequestFacts(
-            input_tokens=len(input_ids),
-            main_cached_tokens=min(cached, len(input_ids)),
-            max_output_tokens=max_new_tokens,
-            kv_bytes_per_token=self.kv_bytes_per_token,
-        )
-        decision = self.pipeline_policy.decide(facts, self.link, self.relay_load())
-        if decision.pipeline != PIPELINE_P_RLD:
-            self.main_cache.insert(hashes)  # MD ends up holding this prompt's KV
-        prefill = self._pick("prefill", self.config.prefill)
+        relay_load = self.relay_load()
+        best = None
+        for site in self.mains.values():
+            mp = self.main_plan(site, input_ids, hashes)
+            facts = RequestFacts(
+                input_tokens=len(input_ids),
+                main_cached_tokens=mp.covered_tokens,
+                max_output_tokens=max_new_tokens,
+                kv_bytes_per_token=self.kv_bytes_per_token,
+            )
+            link = site.transfers.link.estimate()
+            if mp.extra_backlog:
+                link = replace(link, backlog_bytes=link.backlog_bytes + mp.extra_backlog)
+            decision = self.pipeline_policy.decide(facts, link, relay_load,
+                                                   prefill_s=self.prefill_estimate_s)  # fmt: skip
+            key = (round(decision.est_main_ready_s, 2), site.active)
+            if best is None or key < best[0]:
+                best = (key, decision, mp)
+        _, decision, mp = best
+        if decision.pipeline == PIPELINE_P_RLD:
+            mp = None
+        prefill = min(self.config.prefill, key=lambda u: (
+            -self.prefill_cache[u].match(hashes), self.prefill_active[u],
+            next(self._rr["prefill"])))  # fmt: skip
+        self.prefill_cache[prefill].insert(hashes)
         relay = None
         if self.config.relay:  # the least busy Relay-Decode, round-robin among equals
             start = next(self._rr["relay"]) % len(self.config.relay)
             rotated = self.config.relay[start:] + self.config.relay[:start]
             relay = min(rotated, key=self.relay_load)
-        main = self._pick("main", self.config.main)
-        return decision, (prefill, relay, main)
+        main = mp.site if mp is not None else best[2].site
+        return decision, (prefill, relay, main), mp
+
+
+def _common_blocks(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class MainPlan:
+    """How a request's KV would reach one Main-Decode.
+
+    cached_tokens: what MD's radix cache holds now; covered_tokens: what it will hold once the
+    transfer this prompt depends on has landed; dependency: that transfer (on the link, or a
+    deferred warm); carries_dependency: the dependency is a deferred warm whose prompt is a
+    prefix of this one, so this request's own transfer carries it and the warm is dropped.
+    """
+
+    site: MainSite
+    hashes: list[int]
+    cached_tokens: int
+    covered_tokens: int
+    dependency: MainTransfer | None
+    carries_dependency: bool
+    extra_backlog: float

@@ -8,6 +8,7 @@ wan-link`` proxies with the same bandwidth and delay.
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 
@@ -28,10 +29,26 @@ class PddClusterConfig:
     handoff_mode: str = "one-shot"
     catchup_threshold: int = 64
     catchup_chunk: int = 64
-    relay_threshold_s: float = 0.0  # 0: every request goes P-RLD-MD
+    ttft_slo_s: float = 0.0  # 0: every request goes P-RLD-MD
     chunked_prefill_size: int = 512
     max_total_tokens: int = 65536
     log_transfers: bool = True
+    mains: int = 1  # Main-Decode servers in datacenter B
+    kv_events: bool = True  # MDs publish SGLang KV events; the router's cache view follows them
+
+    def __post_init__(self) -> None:
+        if self.mains < 1:
+            raise ValueError(f"mains must be >= 1, got {self.mains}")
+
+
+@dataclass(frozen=True)
+class MainDecodeSite:
+    """One Main-Decode and how datacenter A reaches it (through the emulated WAN)."""
+
+    server: ServerProcess
+    http_via_wan: str
+    control_via_wan: str
+    kv_events_via_wan: str | None
 
 
 @dataclass
@@ -41,14 +58,24 @@ class PddCluster:
     config: PddClusterConfig
     prefill: ServerProcess
     relay: ServerProcess
-    main: ServerProcess
-    main_via_wan: str  # Main-Decode's HTTP as seen from datacenter A
-    control_via_wan: str  # Main-Decode's control socket as seen from datacenter A
+    mains: list[MainDecodeSite]
     router: ServerProcess | None = None
 
     @property
     def router_url(self) -> str:
         return self.router.url
+
+    @property
+    def main(self) -> ServerProcess:
+        return self.mains[0].server
+
+    @property
+    def main_via_wan(self) -> str:  # Main-Decode's HTTP as seen from datacenter A
+        return self.mains[0].http_via_wan
+
+    @property
+    def control_via_wan(self) -> str:  # Main-Decode's control socket as seen from datacenter A
+        return self.mains[0].control_via_wan
 
 
 def _cli(*args: str) -> list[str]:
@@ -63,24 +90,44 @@ def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 60
     wan = ("--pdd-wan-bandwidth-mbps", str(cfg.wan.bandwidth_mbps),
            "--pdd-wan-delay-ms", str(cfg.wan.one_way_delay_ms),
            "--pdd-wan-jitter-ms", str(cfg.wan.jitter_ms))  # fmt: skip
-    control_port = free_port()
     prefill_args = ("--pdd-role", "prefill", "--pdd-wan-hosts", DATACENTER_B_HOST, *wan)
     if cfg.log_transfers:
         prefill_args += ("--pdd-log-transfers",)
-    prefill, relay, main = group.start(
+    specs, ports = [], []
+    for i in range(cfg.mains):
+        control_port, events_port = free_port(), free_port()
+        extra = ("--pdd-role", "main", "--pdd-control-port", str(control_port),
+                 "--disaggregation-decode-enable-radix-cache")  # fmt: skip
+        if cfg.kv_events:
+            extra += ("--kv-events-config", kv_events_config(events_port))
+        specs.append(ServerSpec(f"main{i}" if i else "main", role="decode",
+                                env=(("SGLANG_HOST_IP", DATACENTER_B_HOST),), extra_args=extra,
+                                **common))  # fmt: skip
+        ports.append((control_port, events_port))
+    prefill, relay, *mains = group.start(
         ServerSpec("prefill", role="prefill", extra_args=prefill_args, **common),
         ServerSpec("relay", role="decode", extra_args=("--pdd-role", "relay"), **common),
-        ServerSpec("main", role="decode", env=(("SGLANG_HOST_IP", DATACENTER_B_HOST),),
-                   extra_args=("--pdd-role", "main", "--pdd-control-port", str(control_port),
-                               "--disaggregation-decode-enable-radix-cache"), **common),
+        *specs,
         timeout=timeout,
     )  # fmt: skip
-    http_url = start_wan_proxy(group, "wan-http", main.port, cfg.wan)
-    control_url = start_wan_proxy(group, "wan-control", control_port, cfg.wan)
-    cluster = PddCluster(cfg, prefill, relay, main, http_url,
-                         control_url.replace("http://", "tcp://"))  # fmt: skip
+    sites = []
+    for i, (main, (control_port, events_port)) in enumerate(zip(mains, ports, strict=True)):
+        tag = str(i) if i else ""
+        http_url = start_wan_proxy(group, f"wan-http{tag}", main.port, cfg.wan)
+        control_url = start_wan_proxy(group, f"wan-control{tag}", control_port, cfg.wan)
+        events_url = (start_wan_proxy(group, f"wan-kv-events{tag}", events_port, cfg.wan)
+                      if cfg.kv_events else None)  # fmt: skip
+        sites.append(MainDecodeSite(main, http_url, control_url.replace("http://", "tcp://"),
+                                    events_url and events_url.replace("http://", "tcp://")))
+    cluster = PddCluster(cfg, prefill, relay, sites)
     cluster.router = start_router(group, cluster)
     return cluster
+
+
+def kv_events_config(port: int) -> str:
+    """``--kv-events-config`` for a server publishing SGLang KV events on ``port`` (loopback)."""
+    return json.dumps({"publisher": "zmq", "endpoint": f"tcp://127.0.0.1:{port}", "bind": True,
+                       "topic": "kv-events"})  # fmt: skip
 
 
 def start_wan_proxy(group: ServerGroup, name: str, target_port: int, link: WanLinkConfig) -> str:
@@ -97,27 +144,37 @@ def start_wan_proxy(group: ServerGroup, name: str, target_port: int, link: WanLi
 def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
                  relay_url: str | None = None, **overrides) -> ServerProcess:  # fmt: skip
     """Start a(nother) router in front of ``cluster``; ``overrides`` replace config fields
-    (``handoff_mode``, ``catchup_threshold``, ``catchup_chunk``, ``relay_threshold_s``,
+    (``handoff_mode``, ``catchup_threshold``, ``catchup_chunk``, ``ttft_slo_s``,
     ``upstream_keepalive_s``, ``auto_relay_busy_fraction``), and
     ``relay_url`` reaches Relay-Decode another way (e.g. through a slow proxy)."""
     cfg = cluster.config
     opts = {"handoff_mode": cfg.handoff_mode, "catchup_threshold": cfg.catchup_threshold,
-            "catchup_chunk": cfg.catchup_chunk, "relay_threshold_s": cfg.relay_threshold_s,
+            "catchup_chunk": cfg.catchup_chunk, "ttft_slo_s": cfg.ttft_slo_s,
             "upstream_keepalive_s": 2.0, "auto_relay_busy_fraction": 0.8,
+            "main_transfer_start": "with-prefill",
             **overrides}  # fmt: skip
     port = free_port()
     router = group.launch_command(name, _cli(
         "router", "--prefill", cluster.prefill.url, "--relay", relay_url or cluster.relay.url,
-        "--main", cluster.main_via_wan, "--main-control", cluster.control_via_wan,
-        "--port", str(port), "--handoff-mode", opts["handoff_mode"],
+        *_main_flags(cluster.mains), "--port", str(port), "--handoff-mode", opts["handoff_mode"],
         "--catchup-threshold", str(opts["catchup_threshold"]),
         "--catchup-chunk", str(opts["catchup_chunk"]),
-        "--relay-threshold-s", str(opts["relay_threshold_s"]),
+        "--ttft-slo-s", str(opts["ttft_slo_s"]),
         "--upstream-keepalive-s", str(opts["upstream_keepalive_s"]),
         "--auto-relay-busy-fraction", str(opts["auto_relay_busy_fraction"]),
+        "--main-transfer-start", opts["main_transfer_start"],
         "--wan-bandwidth-mbps", str(cfg.wan.bandwidth_mbps),
         "--wan-rtt-ms", str(2 * cfg.wan.one_way_delay_ms)), port)  # fmt: skip
     # /get_model_info answers once the router has connected to every instance; its /health
     # would also probe them, which a deliberately slow link can push past the probe's timeout.
     group.wait_ready(router, timeout=120, path="/get_model_info")
     return router
+
+
+def _main_flags(sites: list[MainDecodeSite]) -> list[str]:
+    flags = []
+    for site in sites:
+        flags += ["--main", site.http_via_wan, "--main-control", site.control_via_wan]
+        if site.kv_events_via_wan:
+            flags += ["--main-kv-events", site.kv_events_via_wan]
+    return flags

@@ -55,7 +55,7 @@ def pdd_cluster(server_group, tiny_model, colocated):
         model_path=str(tiny_model),
         dtype=DTYPE,
         wan=WanLinkConfig(bandwidth_mbps=8.0, one_way_delay_ms=100.0),
-        relay_threshold_s=0.0,  # every request takes P-RLD-MD
+        ttft_slo_s=0.0,  # every request takes P-RLD-MD
     )
     return start_cluster(server_group, cfg)
 
@@ -80,7 +80,7 @@ def main_only_router(server_group, pdd_cluster):
     """A router that sends everything P-MD (its relay threshold is never reached)."""
     from sglang_pdd.testbed.cluster import start_router
 
-    return start_router(server_group, pdd_cluster, name="router-p-md", relay_threshold_s=1e9)
+    return start_router(server_group, pdd_cluster, name="router-p-md", ttft_slo_s=1e9)
 
 
 @pytest.fixture(scope="session")

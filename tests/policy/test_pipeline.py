@@ -75,8 +75,8 @@ def test_cached_beyond_input_is_capped():
 @pytest.mark.parametrize(
     "kwargs, flag",
     [
-        ({"relay_threshold_s": -1.0}, "relay_threshold_s"),
-        ({"relay_threshold_s": float("nan")}, "relay_threshold_s"),
+        ({"ttft_slo_s": -1.0}, "ttft_slo_s"),
+        ({"ttft_slo_s": float("nan")}, "ttft_slo_s"),
         ({"enable_relay": "yes"}, "enable_relay"),
         ({"anomaly_min_input_tokens": 0}, "anomaly_min_input_tokens"),
         ({"anomaly_max_output_tokens": -3}, "anomaly_max_output_tokens"),

@@ -16,10 +16,10 @@ def _config(*extra: str):
 
 def test_flags_map_onto_the_config():
     cfg = _config("--handoff-mode", "catch-up", "--catchup-threshold", "8", "--port", "9000",
-                  "--upstream-keepalive-s", "0", "--relay-threshold-s", "0")  # fmt: skip
+                  "--upstream-keepalive-s", "0", "--ttft-slo-s", "0")  # fmt: skip
     assert cfg.handoff.mode == "catch-up" and cfg.handoff.catchup_threshold_tokens == 8
     assert cfg.port == 9000 and cfg.upstream_keepalive_s == 0
-    assert cfg.pipeline.relay_threshold_s == 0
+    assert cfg.pipeline.ttft_slo_s == 0
     cfg = _config("--handoff-mode", "auto", "--auto-relay-busy-fraction", "0.3",
                   "--max-relay-load", "0.9", "--anomaly-max-output-tokens", "8")  # fmt: skip
     assert cfg.handoff.auto_relay_busy_fraction == 0.3 and cfg.pipeline.max_relay_load == 0.9
@@ -38,7 +38,7 @@ def test_flags_map_onto_the_config():
         (["--max-relay-load", "0"], "--max-relay-load"),
         (["--catchup-threshold", "0"], "--catchup-threshold"),
         (["--catchup-chunk", "-3"], "--catchup-chunk"),
-        (["--relay-threshold-s", "-1"], "--relay-threshold-s"),
+        (["--ttft-slo-s", "-1"], "--ttft-slo-s"),
         (["--anomaly-min-input-tokens", "0"], "--anomaly-min-input-tokens"),
     ],
 )

@@ -25,7 +25,7 @@ def _pdd(mode: str):
         base,
         wan=SLOW_WAN,
         handoff=HandoffPolicyConfig(mode=mode, catchup_threshold_tokens=8, catchup_chunk_tokens=16),
-        pipeline=PipelinePolicyConfig(relay_threshold_s=0.5),
+        pipeline=PipelinePolicyConfig(ttft_slo_s=0.5),
     )
     return spec, cfg
 

@@ -14,7 +14,7 @@ from .helpers import config, req, spec
 
 class RecordingPolicy(policy.PipelinePolicy):
     def __init__(self):
-        super().__init__(policy.PipelinePolicyConfig(relay_threshold_s=0.0))
+        super().__init__(policy.PipelinePolicyConfig(ttft_slo_s=0.0))
         self.calls = []
 
     def decide(self, facts, link, relay_load=0.0):

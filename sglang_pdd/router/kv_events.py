@@ -1,0 +1,85 @@
+"""``KvEventSubscriber``: follow one instance's SGLang KV cache events into a ``KvEventCacheView``.
+
+The instance runs with ``--kv-events-config '{"publisher": "zmq", "endpoint": "tcp://*:PORT"}'``;
+its publisher sends ``(topic, 8-byte sequence number, msgpack EventBatch)`` frames, where an
+EventBatch is ``[ts, [event, ...], dp_rank]`` and each event a map tagged by ``type``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import msgspec
+import zmq
+import zmq.asyncio
+
+from sglang_pdd.cache.kv_event_view import KvEventCacheView
+
+logger = logging.getLogger("sglang_pdd.router")
+
+
+def decode_batch(payload: bytes) -> list[dict]:
+    """The events of one EventBatch payload; raise ValueError when it is not one."""
+    try:
+        batch = msgspec.msgpack.decode(payload)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"KV event batch is not msgpack: {exc}") from exc
+    if not isinstance(batch, (list, tuple)) or len(batch) < 2 or not isinstance(batch[1], list):
+        raise ValueError("KV event batch must be [ts, events, ...]")
+    return [e for e in batch[1] if isinstance(e, dict)]
+
+
+class KvEventSubscriber:
+    """A ZeroMQ SUB socket on one instance's KV event publisher, applied to ``view``."""
+
+    def __init__(self, endpoint: str, view: KvEventCacheView | None = None) -> None:
+        self.endpoint = endpoint
+        self.view = view or KvEventCacheView()
+        self._socket = zmq.asyncio.Context.instance().socket(zmq.SUB)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.SUBSCRIBE, b"")
+        self._socket.connect(endpoint)
+        self._task: asyncio.Task | None = None
+        self._last_seq: int | None = None
+        self.batches = 0
+        self.gaps = 0  # sequence numbers skipped (events lost: the view may be stale)
+        self.listeners: list = []  # callables run after each batch (e.g. wake waiters)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            frames = await self._socket.recv_multipart()
+            if len(frames) != 3:
+                logger.warning("sglang-pdd router: KV event from %s has %d frames, expected 3",
+                               self.endpoint, len(frames))  # fmt: skip
+                continue
+            _topic, seq_bytes, payload = frames
+            seq = int.from_bytes(seq_bytes, "big", signed=True)
+            if self._last_seq is not None and seq > self._last_seq + 1:
+                self.gaps += seq - self._last_seq - 1
+                logger.warning("sglang-pdd router: %d KV event batches from %s were lost",
+                               seq - self._last_seq - 1, self.endpoint)  # fmt: skip
+            self._last_seq = seq
+            try:
+                events = decode_batch(payload)
+            except ValueError as exc:
+                logger.warning("sglang-pdd router: bad KV event batch from %s: %s",
+                               self.endpoint, exc)  # fmt: skip
+                continue
+            for event in events:
+                self.view.apply(event)
+            self.batches += 1
+            for listener in self.listeners:
+                listener()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._socket.close()

@@ -1,0 +1,109 @@
+"""``MainSite``: everything the router knows about one Main-Decode.
+
+Its control socket, its cache as Main-Decode itself reports it, the transfers on its link and
+the live model of that link, and how many of the router's requests it is serving.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from sglang_pdd.cache.kv_event_view import KvEventCacheView
+from sglang_pdd.cache.prefix_blocks import BlockPrefixCache, block_hashes
+from sglang_pdd.router.config import MainEndpoint
+from sglang_pdd.router.kv_events import KvEventSubscriber
+from sglang_pdd.router.main_control import MainControlClient
+from sglang_pdd.router.transfers import MainTransfers
+from sglang_pdd.transfer.link_model import LinkModelConfig, LiveLinkModel
+
+logger = logging.getLogger("sglang_pdd.router")
+
+
+class LandedPrefixMirror:
+    """Main-Decode's cache as the prompts it confirmed holding (for MDs without KV events).
+
+    A prompt enters only when Main-Decode's request for it ended after its KV landed (SGLang
+    then inserts it into the radix tree); eviction is modelled by LRU at MD's capacity.
+    """
+
+    def __init__(self, block_tokens: int, capacity_blocks: int) -> None:
+        self.block_tokens = block_tokens
+        self._cache = BlockPrefixCache(capacity_blocks)
+
+    def confirm(self, token_ids: Sequence[int]) -> None:
+        self._cache.insert(block_hashes(token_ids, self.block_tokens))
+
+    def match(self, token_ids: Sequence[int]) -> int:
+        hashes = block_hashes(token_ids, self.block_tokens)
+        return self._cache.match(hashes) * self.block_tokens
+
+
+class MainSite:
+    """One Main-Decode as the router sees it."""
+
+    def __init__(self, endpoint: MainEndpoint, link: LinkModelConfig, block_tokens: int,
+                 capacity_blocks: int) -> None:  # fmt: skip
+        self.endpoint = endpoint
+        self.control = MainControlClient(endpoint.control)
+        self.transfers = MainTransfers(LiveLinkModel(link), block_tokens)
+        self.subscriber: KvEventSubscriber | None = None
+        if endpoint.kv_events:
+            self.subscriber = KvEventSubscriber(endpoint.kv_events, KvEventCacheView())
+            self.mirror = None
+        else:
+            self.mirror = LandedPrefixMirror(block_tokens, capacity_blocks)
+        self.active = 0  # router requests currently decoding (or parked) here
+        self.control.listeners.append(self._on_event)
+
+    @property
+    def url(self) -> str:
+        return self.endpoint.url
+
+    def start(self) -> None:
+        self.control.start()
+        if self.subscriber is not None:
+            self.subscriber.start()
+
+    async def close(self) -> None:
+        await self.control.close()
+        if self.subscriber is not None:
+            await self.subscriber.close()
+
+    def cached_tokens(self, token_ids: Sequence[int]) -> int:
+        """Leading prompt tokens whose KV Main-Decode holds in its radix cache."""
+        if self.subscriber is not None:
+            return self.subscriber.view.match(token_ids)
+        return self.mirror.match(token_ids)
+
+    def confirm_cached(self, token_ids: Sequence[int]) -> None:
+        """Main-Decode's request for ``token_ids`` ended with its KV in place (inserted)."""
+        if self.mirror is not None:
+            self.mirror.confirm(token_ids)
+
+    def _on_event(self, event: dict) -> None:
+        if event.get("event") != "ready":
+            return
+        # MD stamps the event when the KV was in place; the router learns it one trip later.
+        now = time.monotonic() - max(time.time() - float(event.get("t", time.time())), 0.0)
+        self.transfers.landed(event["rid"], event.get("cached_tokens"), event.get("kv_bytes"),
+                              now)  # fmt: skip
+
+    def describe(self) -> dict:
+        """Live state for ``/get_server_info``."""
+        t, link = self.transfers, self.transfers.link
+        return {
+            "active": self.active,
+            "cache_view": "kv-events" if self.subscriber else "landed",
+            "link_queued_bytes": link.queued_bytes,
+            "link_in_flight": link.in_flight,
+            "link_throughput_bytes_per_s": round(link.throughput_bytes_per_s, 1),
+            "link_overhead_s": round(link.overhead_s, 4),
+            "deferred_warms": t.queued_warms,
+            "duplicate_transfers": t.stats.duplicate_transfers,
+            "transfer_waits": t.stats.waited,
+            "warms_dropped": t.stats.warms_dropped,
+            "transfers_landed": t.stats.landed,
+            "kv_event_batches": self.subscriber.batches if self.subscriber else None,
+        }

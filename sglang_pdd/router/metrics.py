@@ -1,0 +1,95 @@
+"""``RouterMetrics``: the router's Prometheus metrics (``GET /metrics``), named like SGLang's.
+
+Counters and histograms are updated as requests run; link and transfer state is read from the
+``MainSite``s when scraped, so it is always current.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 20, 30)
+_GAP_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5)
+
+
+class _SiteCollector:
+    """Per-Main-Decode link and transfer state, read at scrape time."""
+
+    def __init__(self, mains: dict) -> None:
+        self._mains = mains
+
+    def collect(self):
+        queued = GaugeMetricFamily("sglang_pdd:link_queued_bytes",
+                                   "KV bytes dispatched to Main-Decode not landed yet",
+                                   labels=["main"])  # fmt: skip
+        inflight = GaugeMetricFamily(
+            "sglang_pdd:link_transfers_in_flight",
+            "transfers on the link to Main-Decode",
+            labels=["main"],
+        )
+        throughput = GaugeMetricFamily("sglang_pdd:link_throughput_bytes_per_second",
+                                       "throughput the live link model has observed",
+                                       labels=["main"])  # fmt: skip
+        error = GaugeMetricFamily("sglang_pdd:link_estimate_error_seconds",
+                                  "last landed transfer: measured minus predicted duration",
+                                  labels=["main"])  # fmt: skip
+        warms = GaugeMetricFamily(
+            "sglang_pdd:deferred_warm_transfers",
+            "cache-warming transfers waiting for the link",
+            labels=["main"],
+        )
+        dup = CounterMetricFamily("sglang_pdd:duplicate_transfers",
+                                  "transfers that carried blocks another transfer was carrying "
+                                  "(must stay 0)", labels=["main"])  # fmt: skip
+        waits = CounterMetricFamily("sglang_pdd:transfer_waits",
+                                    "requests that waited for their prefix already on the link",
+                                    labels=["main"])  # fmt: skip
+        for url, site in self._mains.items():
+            t, link = site.transfers, site.transfers.link
+            queued.add_metric([url], link.queued_bytes)
+            inflight.add_metric([url], link.in_flight)
+            throughput.add_metric([url], link.throughput_bytes_per_s)
+            error.add_metric([url], t.stats.last_error_s)
+            warms.add_metric([url], t.queued_warms)
+            dup.add_metric([url], t.stats.duplicate_transfers)
+            waits.add_metric([url], t.stats.waited)
+        yield from (queued, inflight, throughput, error, warms, dup, waits)
+
+
+class RouterMetrics:
+    """The router's metrics in their own registry (no process-global state)."""
+
+    def __init__(self, mains: dict) -> None:
+        disable_created_metrics()  # SGLang's exporters leave out the *_created series too
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("sglang_pdd:requests", "requests by pipeline and policy rule",
+                                ["pipeline", "rule"], registry=r)  # fmt: skip
+        self.output_tokens = Counter("sglang_pdd:output_tokens",
+                                     "output tokens streamed, by the instance that made them",
+                                     ["instance"], registry=r)  # fmt: skip
+        self.ttft = Histogram("sglang_pdd:time_to_first_token_seconds", "TTFT at the router",
+                              buckets=_LATENCY_BUCKETS, registry=r)  # fmt: skip
+        self.itl = Histogram("sglang_pdd:inter_token_latency_seconds",
+                             "gap between streamed outputs at the router", buckets=_GAP_BUCKETS,
+                             registry=r)  # fmt: skip
+        self.handoff_stall = Histogram("sglang_pdd:handoff_stall_seconds",
+                                       "Relay-Decode's last token to Main-Decode's first",
+                                       buckets=_LATENCY_BUCKETS, registry=r)  # fmt: skip
+        self.main_ready = Histogram("sglang_pdd:main_ready_seconds",
+                                    "request arrival to Main-Decode reporting its KV in place",
+                                    buckets=_LATENCY_BUCKETS, registry=r)  # fmt: skip
+        self.wan_bytes = Counter(
+            "sglang_pdd:wan_bytes", "KV bytes Main-Decode received", registry=r
+        )
+        r.register(_SiteCollector(mains))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

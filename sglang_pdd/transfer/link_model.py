@@ -1,0 +1,176 @@
+"""``LiveLinkModel``: what the P->MD path is doing now, learned from the transfers that crossed it.
+
+The pipeline policy needs "when would MD have this request's KV if it were sent now". A fixed
+bandwidth and RTT (the old flags) assume an empty link; under load the answer is dominated by
+the bytes already queued ahead. This model keeps, per Main-Decode:
+
+* the transfers in flight (dispatched, KV not yet landed) and their bytes: the queue ahead;
+* a fit of observed transfer times ``d ~ overhead + (bytes ahead + bytes) / throughput`` over
+  recent transfers (exponentially forgotten), seeded with the operator's prior so that the first
+  decisions are sane before anything was observed.
+
+It is clock-agnostic (callers pass ``now``), so the router (wall clock) and the simulator
+(simulated clock) use the same object.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sglang_pdd.policy.pipeline import LinkEstimate
+
+
+@dataclass(frozen=True)
+class LinkModelConfig:
+    """Prior and learning rate of a ``LiveLinkModel``.
+
+    prior_bandwidth_bytes_per_s, prior_rtt_s: what is assumed before any transfer was observed
+        (the router's ``--wan-bandwidth-mbps`` and ``--wan-rtt-ms``).
+    forget: weight kept by the past at each new observation (0.9: roughly the last 10 transfers).
+    prior_weight: how many observations the prior counts for.
+    """
+
+    prior_bandwidth_bytes_per_s: float
+    prior_rtt_s: float
+    forget: float = 0.9
+    prior_weight: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.prior_bandwidth_bytes_per_s) and
+                self.prior_bandwidth_bytes_per_s > 0):  # fmt: skip
+            raise ValueError("prior_bandwidth_bytes_per_s must be > 0")
+        if not (math.isfinite(self.prior_rtt_s) and self.prior_rtt_s >= 0):
+            raise ValueError("prior_rtt_s must be >= 0")
+        if not 0 < self.forget < 1:
+            raise ValueError(f"forget must be in (0, 1), got {self.forget!r}")
+        if not self.prior_weight > 0:
+            raise ValueError(f"prior_weight must be > 0, got {self.prior_weight!r}")
+
+
+@dataclass
+class _InFlight:
+    nbytes: float
+    started: float
+    ahead: float  # bytes queued ahead of it when it started
+    predicted_s: float
+
+
+@dataclass(frozen=True)
+class LinkObservation:
+    """One landed transfer: how long it took and what the model had predicted."""
+
+    key: object
+    nbytes: float
+    took_s: float
+    predicted_s: float
+
+    @property
+    def error_s(self) -> float:
+        return self.took_s - self.predicted_s
+
+
+class LiveLinkModel:
+    """Queue and throughput of one WAN path, from the transfers the router started on it."""
+
+    def __init__(self, config: LinkModelConfig) -> None:
+        self.config = config
+        self._inflight: dict[object, _InFlight] = {}
+        # Weighted sums of (x = bytes through the bottleneck, y = seconds) for the fit.
+        w = config.prior_weight
+        x0 = config.prior_bandwidth_bytes_per_s  # one second's worth of bytes as the prior point
+        self._sw, self._sx, self._sy = w, w * x0, w * (config.prior_rtt_s + 1.0)
+        self._sxx = w * x0 * x0
+        self._sxy = w * x0 * (config.prior_rtt_s + 1.0)
+        self._prior_slope = 1.0 / config.prior_bandwidth_bytes_per_s
+        self.observations = 0
+
+    # -- state ----------------------------------------------------------------------------
+    @property
+    def queued_bytes(self) -> float:
+        """Bytes dispatched on this path whose KV has not landed yet."""
+        return sum(t.nbytes for t in self._inflight.values())
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._inflight)
+
+    def _fit(self) -> tuple[float, float]:
+        """(overhead seconds, seconds per byte) from the weighted least-squares fit."""
+        mean_x, mean_y = self._sx / self._sw, self._sy / self._sw
+        var_x = self._sxx / self._sw - mean_x * mean_x
+        if var_x <= 1e-9 * max(mean_x * mean_x, 1.0):
+            slope = self._prior_slope
+        else:
+            slope = (self._sxy / self._sw - mean_x * mean_y) / var_x
+        # A link is never faster than 20x or slower than 1/20 of the prior: keeps one odd
+        # sample (a transfer stuck behind a slow prefill) from wrecking the estimate.
+        slope = min(max(slope, self._prior_slope / 20), self._prior_slope * 20)
+        overhead = max(mean_y - slope * mean_x, 0.0)
+        return overhead, slope
+
+    @property
+    def throughput_bytes_per_s(self) -> float:
+        return 1.0 / self._fit()[1]
+
+    @property
+    def overhead_s(self) -> float:
+        """Fixed part of a transfer: RTT, handshakes, scheduling on both ends."""
+        return self._fit()[0]
+
+    def estimate(self) -> LinkEstimate:
+        """The path as the pipeline policy sees it now (live throughput, bytes queued ahead)."""
+        overhead, slope = self._fit()
+        return LinkEstimate(1.0 / slope, overhead, self.queued_bytes)
+
+    def predict_s(self, nbytes: float) -> float:
+        """Seconds until ``nbytes`` dispatched now would have landed."""
+        return self.estimate().transfer_time_s(nbytes)
+
+    # -- events ---------------------------------------------------------------------------
+    def start(self, key: object, nbytes: float, now: float) -> float:
+        """A transfer of ``nbytes`` was dispatched at ``now``; returns its predicted duration."""
+        if key in self._inflight:
+            raise ValueError(f"transfer {key!r} already started")
+        predicted = self.predict_s(nbytes)
+        self._inflight[key] = _InFlight(float(nbytes), now, self.queued_bytes, predicted)
+        return predicted
+
+    def resize(self, key: object, nbytes: float) -> None:
+        """Correct the size of an in-flight transfer (e.g. once MD reported its real cache hit)."""
+        if key in self._inflight:
+            self._inflight[key].nbytes = float(nbytes)
+
+    def restart(self, key: object, now: float) -> None:
+        """The transfer really begins now (e.g. P finished the prefill it was queued behind)."""
+        if key in self._inflight:
+            self._inflight[key].started = now
+
+    def finish(
+        self, key: object, now: float, nbytes: float | None = None, learn: bool = True
+    ) -> LinkObservation | None:
+        """The transfer's KV landed at ``now`` (``nbytes``: what really crossed, if known).
+
+        ``learn``: False for transfers whose duration includes more than the link (e.g. a
+        prefill that ran after dispatch): they leave the queue but teach the fit nothing."""
+        t = self._inflight.pop(key, None)
+        if t is None:
+            return None
+        if nbytes is not None:
+            t.nbytes = float(nbytes)
+        took = max(now - t.started, 0.0)
+        if not learn:
+            return LinkObservation(key, t.nbytes, took, t.predicted_s)
+        x, y = t.ahead + t.nbytes, took
+        f = self.config.forget
+        self._sw = f * self._sw + 1.0
+        self._sx = f * self._sx + x
+        self._sy = f * self._sy + y
+        self._sxx = f * self._sxx + x * x
+        self._sxy = f * self._sxy + x * y
+        self.observations += 1
+        return LinkObservation(key, t.nbytes, took, t.predicted_s)
+
+    def cancel(self, key: object) -> None:
+        """Forget a transfer that will never land (its request failed); nothing is learned."""
+        self._inflight.pop(key, None)
