@@ -25,6 +25,8 @@ class GenerateResult:
     chunks: list[dict] = field(default_factory=list)
     ttft_s: float | None = None  # streaming: seconds until the first chunk carrying a token
     latency_s: float = 0.0
+    # streaming: (seconds since the request was sent, tokens so far) for each chunk with tokens
+    token_times: list[tuple[float, int]] = field(default_factory=list)
 
     @property
     def output_ids(self) -> list[int]:
@@ -53,15 +55,17 @@ def generate(url: str, body: dict, stream: bool = False, timeout: float = 600) -
             except ValueError:
                 payload = {"raw": resp.text}
             return GenerateResult(resp.status_code, payload, latency_s=time.monotonic() - start)
-        chunks, ttft = [], None
+        chunks, ttft, times = [], None, []
         for chunk in iter_sse(resp):
-            if ttft is None and chunk.get("output_ids"):
-                ttft = time.monotonic() - start
+            n = len(chunk.get("output_ids") or ())
+            if n and (not times or n > times[-1][1]):
+                times.append((time.monotonic() - start, n))
+                ttft = times[0][0]
             chunks.append(chunk)
     # SGLang's chunks are cumulative (text and output_ids so far), unless the server runs with
     # --incremental-streaming-output; the last chunk is the whole answer.
     final = dict(chunks[-1]) if chunks else {}
-    return GenerateResult(200, final, chunks, ttft, time.monotonic() - start)
+    return GenerateResult(200, final, chunks, ttft, time.monotonic() - start, times)
 
 
 def pd_generate(

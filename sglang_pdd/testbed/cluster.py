@@ -117,8 +117,14 @@ def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 60
         control_url = start_wan_proxy(group, f"wan-control{tag}", control_port, cfg.wan)
         events_url = (start_wan_proxy(group, f"wan-kv-events{tag}", events_port, cfg.wan)
                       if cfg.kv_events else None)  # fmt: skip
-        sites.append(MainDecodeSite(main, http_url, control_url.replace("http://", "tcp://"),
-                                    events_url and events_url.replace("http://", "tcp://")))
+        sites.append(
+            MainDecodeSite(
+                main,
+                http_url,
+                control_url.replace("http://", "tcp://"),
+                events_url and events_url.replace("http://", "tcp://"),
+            )
+        )
     cluster = PddCluster(cfg, prefill, relay, sites)
     cluster.router = start_router(group, cluster)
     return cluster

@@ -28,7 +28,8 @@ class LinkModelConfig:
     prior_bandwidth_bytes_per_s, prior_rtt_s: what is assumed before any transfer was observed
         (the router's ``--wan-bandwidth-mbps`` and ``--wan-rtt-ms``).
     forget: weight kept by the past at each new observation (0.9: roughly the last 10 transfers).
-    prior_weight: how many observations the prior counts for.
+    prior_weight: observations (forgetting counted) needed before the fitted rate replaces the
+        prior's; until then only the overhead is learned.
     """
 
     prior_bandwidth_bytes_per_s: float
@@ -76,12 +77,8 @@ class LiveLinkModel:
     def __init__(self, config: LinkModelConfig) -> None:
         self.config = config
         self._inflight: dict[object, _InFlight] = {}
-        # Weighted sums of (x = bytes through the bottleneck, y = seconds) for the fit.
-        w = config.prior_weight
-        x0 = config.prior_bandwidth_bytes_per_s  # one second's worth of bytes as the prior point
-        self._sw, self._sx, self._sy = w, w * x0, w * (config.prior_rtt_s + 1.0)
-        self._sxx = w * x0 * x0
-        self._sxy = w * x0 * (config.prior_rtt_s + 1.0)
+        # Exponentially forgotten sums of (x = bytes through the bottleneck, y = seconds).
+        self._sw = self._sx = self._sy = self._sxx = self._sxy = 0.0
         self._prior_slope = 1.0 / config.prior_bandwidth_bytes_per_s
         self.observations = 0
 
@@ -96,15 +93,18 @@ class LiveLinkModel:
         return len(self._inflight)
 
     def _fit(self) -> tuple[float, float]:
-        """(overhead seconds, seconds per byte) from the weighted least-squares fit."""
+        """(overhead seconds, seconds per byte): the prior until transfers of a few different
+        sizes were seen, then a weighted least-squares fit of the recent ones."""
+        if self._sw == 0:
+            return self.config.prior_rtt_s, self._prior_slope
         mean_x, mean_y = self._sx / self._sw, self._sy / self._sw
         var_x = self._sxx / self._sw - mean_x * mean_x
-        if var_x <= 1e-9 * max(mean_x * mean_x, 1.0):
-            slope = self._prior_slope
+        if self._sw < self.config.prior_weight or var_x <= 1e-6 * max(mean_x * mean_x, 1.0):
+            slope = self._prior_slope  # too little spread in sizes to tell rate from overhead
         else:
             slope = (self._sxy / self._sw - mean_x * mean_y) / var_x
-        # A link is never faster than 20x or slower than 1/20 of the prior: keeps one odd
-        # sample (a transfer stuck behind a slow prefill) from wrecking the estimate.
+        # A link is never faster than 20x or slower than 1/20 of the prior: keeps odd samples
+        # (a transfer stuck behind a slow prefill) from wrecking the estimate.
         slope = min(max(slope, self._prior_slope / 20), self._prior_slope * 20)
         overhead = max(mean_y - slope * mean_x, 0.0)
         return overhead, slope

@@ -93,3 +93,24 @@ def test_link_and_facts_validate():
         LinkEstimate(0.0, 0.01)
     with pytest.raises(ValueError, match="input_tokens"):
         RequestFacts(-1, 0, 1, KV)
+
+
+def test_slo_compares_prefill_plus_live_link_and_explains_it():
+    policy = PipelinePolicy(PipelinePolicyConfig(ttft_slo_s=0.5))
+    link = LinkEstimate(1e6, 0.2, backlog_bytes=0)
+    fast = policy.decide(facts(1000, 900, out=300), LinkEstimate(1e6, 0.2), prefill_s=0.1)
+    # 100 tokens x 50 kB = 5 MB at 1 MB/s: 5 s + 0.2 s + 0.1 s prefill
+    assert fast.pipeline == "P-RLD-MD"
+    assert fast.est_main_ready_s == pytest.approx(0.1 + 0.2 + 5.0)
+    assert fast.rule == "over_slo" and "SLO 0.5s" in fast.reason and "5000 kB" in fast.reason
+    tiny = policy.decide(RequestFacts(1000, 999, 300, 1000), link, prefill_s=0.1)
+    assert tiny.pipeline == "P-MD" and tiny.rule == "within_slo"
+    # The same request behind 1 MB already queued on the link misses the objective.
+    queued = policy.decide(RequestFacts(1000, 999, 300, 1000),
+                           LinkEstimate(1e6, 0.2, backlog_bytes=1e6), prefill_s=0.1)  # fmt: skip
+    assert queued.pipeline == "P-RLD-MD" and "behind 1000 kB" in queued.reason
+
+
+def test_prefill_estimate_is_validated():
+    with pytest.raises(ValueError, match="prefill_s"):
+        PipelinePolicy().decide(facts(10, 0), LINK, prefill_s=float("nan"))

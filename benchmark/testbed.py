@@ -1,0 +1,299 @@
+"""PDD against SGLang's own PD, side by side, under concurrent multi-turn load on the CPU testbed.
+
+One local cluster: Prefill, Relay-Decode and Main-Decode (datacenter B, behind an emulated WAN)
+with the PDD router; SGLang's own cross-datacenter PD (a decode server in datacenter B behind the
+same link, decode radix cache on, sharing P); and same-datacenter PD (P with the decode server
+beside it). Every contender gets the same workload at the same arrival times, one after the
+other, with every cache flushed in between. Prints TTFT P50/P90/P99, inter-token gaps, E2E,
+RLD's share of output tokens, WAN bytes, duplicate transfers, and ratios; writes a JSON and a
+TTFT CDF plot. ``--sweep`` repeats over loads (sessions) and link speeds.
+
+    bash scripts/with-env.sh python benchmark/testbed.py
+    bash scripts/with-env.sh python benchmark/testbed.py --sweep
+    bash scripts/with-env.sh python benchmark/testbed.py --workload trace --trace-speed 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import requests
+
+from sglang_pdd.testbed.client import generate, pd_generate, wait_router_settled
+from sglang_pdd.testbed.cluster import (
+    DATACENTER_B_HOST,
+    PddCluster,
+    PddClusterConfig,
+    start_cluster,
+    start_router,
+    start_wan_proxy,
+)
+from sglang_pdd.testbed.launcher import ServerGroup, ServerSpec
+from sglang_pdd.testbed.replay import run_workload
+from sglang_pdd.testbed.report import identical_outputs, summarize, table, ttft_cdf_plot
+from sglang_pdd.testbed.workload import (
+    AgenticConfig,
+    TraceConfig,
+    agentic_sessions,
+    ideal_prefix_hit,
+    trace_sessions,
+)
+from sglang_pdd.transfer.wan_link import WanLinkConfig
+
+CONTENDERS = ("same-dc", "cross-dc", "pdd", "pdd-after-relay")
+_KV_LINE = re.compile(r"kv-transfer to=(\S+) bytes=(\d+) .*wan=True")
+
+
+@dataclass
+class Testbed:
+    cluster: PddCluster
+    cross_dc_decode: str  # SGLang PD's decode server in datacenter B, through the WAN proxy
+    cross_dc_direct: str  # the same server without the proxy (for cache flushes)
+    routers: dict  # contender name -> router URL
+
+
+def start_testbed(group: ServerGroup, model: str, link: WanLinkConfig, args) -> Testbed:
+    cfg = PddClusterConfig(model_path=model, wan=link, ttft_slo_s=args.ttft_slo_s,
+                           handoff_mode=args.handoff_mode, mains=args.mains,
+                           max_total_tokens=args.max_total_tokens)  # fmt: skip
+    cluster = start_cluster(group, cfg)
+    decode, = group.start(ServerSpec(
+        "cross-dc-decode", model_path=model, role="decode", dtype=cfg.dtype,
+        chunked_prefill_size=cfg.chunked_prefill_size, max_total_tokens=cfg.max_total_tokens,
+        env=(("SGLANG_HOST_IP", DATACENTER_B_HOST),),
+        extra_args=("--disaggregation-decode-enable-radix-cache",)))  # fmt: skip
+    via_wan = start_wan_proxy(group, "cross-dc-wan-http", decode.port, link)
+    routers = {"pdd": cluster.router_url}
+    if "pdd-after-relay" in args.contenders:
+        routers["pdd-after-relay"] = start_router(
+            group, cluster, name="router-after-relay", main_transfer_start="after-relay"
+        ).url
+    return Testbed(cluster, via_wan, decode.url, routers)
+
+
+def sender(tb: Testbed, name: str):
+    p = tb.cluster.prefill
+    if name == "same-dc":
+        return lambda body: pd_generate(p.url, p.bootstrap_port, tb.cluster.relay.url, body,
+                                        stream=True)  # fmt: skip
+    if name == "cross-dc":
+        return lambda body: pd_generate(p.url, p.bootstrap_port, tb.cross_dc_decode, body,
+                                        stream=True)  # fmt: skip
+    url = tb.routers[name]
+    return lambda body: generate(url, body, stream=True)
+
+
+def settle_and_flush(tb: Testbed, timeout: float = 300) -> None:
+    """Wait for background work to end, then empty every radix cache (P, RLD, MDs, baseline)."""
+    for url in tb.routers.values():
+        wait_router_settled(url, timeout)
+    urls = [tb.cluster.prefill.url, tb.cluster.relay.url, tb.cross_dc_direct,
+            *(site.server.url for site in tb.cluster.mains)]  # fmt: skip
+    deadline = time.monotonic() + timeout
+    for url in urls:
+        while requests.post(f"{url}/flush_cache", timeout=30).status_code != 200:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{url} never became idle enough to flush its cache")
+            time.sleep(0.5)
+
+
+def wan_bytes_since(log_path: Path, offset: int) -> tuple[int, int]:
+    """KV bytes P sent across the WAN since ``offset`` in its log; and the new offset."""
+    with open(log_path, "rb") as f:
+        f.seek(offset)
+        text = f.read().decode(errors="replace")
+        end = f.tell()
+    return sum(int(m.group(2)) for m in _KV_LINE.finditer(text)), end
+
+
+def duplicate_transfers(router_url: str) -> int:
+    info = requests.get(f"{router_url}/get_server_info", timeout=30).json()["pdd_router"]
+    return sum(m["duplicate_transfers"] for m in info["mains"].values())
+
+
+def run_point(tb: Testbed, sessions, names, label: str, log=print) -> dict:
+    """Every contender on the same workload; returns summaries and raw results."""
+    runs, summaries = {}, []
+    log_path = tb.cluster.prefill.log_path
+    for name in names:
+        settle_and_flush(tb)
+        dup0 = duplicate_transfers(tb.routers[name]) if name in tb.routers else None
+        _, offset = wan_bytes_since(log_path, 0)
+        log(f"[{label}] {name}: {sum(len(s.turns) for s in sessions)} requests ...")
+        started = time.monotonic()
+        results = run_workload(sessions, sender(tb, name))
+        if name in tb.routers:
+            wait_router_settled(tb.routers[name], 300)  # late (cache-warming) transfers count
+        wan, _ = wan_bytes_since(log_path, offset)
+        dup = duplicate_transfers(tb.routers[name]) - dup0 if dup0 is not None else None
+        runs[name] = results
+        summaries.append(summarize(name, results, wan, dup))
+        log(f"[{label}] {name}: done in {time.monotonic() - started:.0f}s")
+    reference = runs.get("same-dc")
+    same = {n: identical_outputs(r, reference) for n, r in runs.items()
+            if reference is not None and n != "same-dc"}  # fmt: skip
+    return {"label": label, "summaries": summaries, "runs": runs, "identical": same}
+
+
+def build_sessions(args, sessions: int | None = None):
+    if args.workload == "trace":
+        return trace_sessions(TraceConfig(args.trace, args.trace_requests, args.trace_block_tokens,
+                                          args.trace_speed, args.max_new_tokens))  # fmt: skip
+    cfg = AgenticConfig(sessions=sessions or args.sessions, turns=args.turns,
+                        context_tokens=args.context_tokens, output_tokens=args.max_new_tokens,
+                        turn_interval_s=args.turn_interval_s, seed=args.seed)  # fmt: skip
+    return agentic_sessions(cfg)
+
+
+def print_point(point: dict, out=print) -> None:
+    out(table(point["summaries"], baseline="cross-dc"))
+    for name, (eq, n) in point["identical"].items():
+        out(f"{name}: output identical to same-DC PD (bit-identical to a co-located server) "
+            f"for {eq}/{n} requests")  # fmt: skip
+
+
+def headline(point: dict) -> list[str]:
+    """The goal figures of issue 7 for one point."""
+    s = {x.name: x for x in point["summaries"]}
+    pdd, cross, same = s.get("pdd"), s.get("cross-dc"), s.get("same-dc")
+    if not (pdd and cross and same) or not cross.ttft_p90 or not same.ttft_p90:
+        return []
+    return [
+        f"PDD P90 TTFT {pdd.ttft_p90:.2f}s = {pdd.ttft_p90 / cross.ttft_p90:.2f}x cross-DC PD "
+        f"({cross.ttft_p90:.2f}s; goal <= 0.5x) and {pdd.ttft_p90 / same.ttft_p90:.2f}x same-DC "
+        f"PD ({same.ttft_p90:.2f}s; goal <= 1.3x)",
+        f"RLD made {100 * (pdd.relay_share or 0):.1f}% of PDD's output tokens (goal <= 20%); "
+        f"duplicate transfers: {pdd.duplicate_transfers} (goal 0)",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--model-path", default=None, help="default: a generated 2-layer model")
+    ap.add_argument("--workload", choices=("agentic", "trace"), default="agentic")
+    ap.add_argument("--sessions", type=int, default=6)
+    ap.add_argument("--turns", type=int, default=6)
+    ap.add_argument("--context-tokens", type=int, default=1600)
+    ap.add_argument("--max-new-tokens", type=int, default=300)
+    ap.add_argument("--turn-interval-s", type=float, default=8.0)
+    ap.add_argument(
+        "--trace",
+        default=str(
+            Path(__file__).resolve().parents[2]
+            / "shared"
+            / "traces"
+            / "mooncake_conversation_trace.jsonl"
+        ),
+    )
+    ap.add_argument("--trace-requests", type=int, default=40)
+    ap.add_argument("--trace-block-tokens", type=int, default=32)
+    ap.add_argument("--trace-speed", type=float, default=1.0)
+    ap.add_argument("--wan-mbps", type=float, default=8.0)
+    ap.add_argument("--wan-delay-ms", type=float, default=100.0)
+    ap.add_argument("--ttft-slo-s", type=float, default=0.5)
+    ap.add_argument("--handoff-mode", default="one-shot", choices=("one-shot", "catch-up", "auto"))
+    ap.add_argument("--mains", type=int, default=1)
+    ap.add_argument("--max-total-tokens", type=int, default=65536)
+    ap.add_argument(
+        "--contenders",
+        default="same-dc,cross-dc,pdd",
+        help=f"comma-separated, from {', '.join(CONTENDERS)}",
+    )
+    ap.add_argument(
+        "--sweep", action="store_true", help="repeat over --sweep-sessions x --sweep-wan-mbps"
+    )
+    ap.add_argument("--sweep-sessions", default="3,6,9")
+    ap.add_argument("--sweep-wan-mbps", default="8,32")
+    ap.add_argument("--json", default="testbed.json")
+    ap.add_argument("--plot", default="testbed_ttft_cdf.png")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    if bad := [c for c in args.contenders if c not in CONTENDERS]:
+        ap.error(f"--contenders: unknown {bad}; accepted: {', '.join(CONTENDERS)}")
+
+    workdir = Path(tempfile.mkdtemp(prefix="sglang-pdd-testbed-"))
+    model = args.model_path
+    if model is None:
+        from sglang_pdd.testbed.tiny_model import TinyModelConfig, write_tiny_model
+
+        model = str(write_tiny_model(workdir / "tiny-model", TinyModelConfig(seed=args.seed)))
+    links = [float(x) for x in args.sweep_wan_mbps.split(",")] if args.sweep else [args.wan_mbps]
+    loads = [int(x) for x in args.sweep_sessions.split(",")] if args.sweep else [None]
+    points = []
+    for mbps in links:
+        link = WanLinkConfig(mbps, args.wan_delay_ms)
+        with ServerGroup(log_dir=workdir / f"logs-{mbps:g}mbps") as group:
+            print(f"starting the testbed ({mbps:g} Mbit/s, {args.wan_delay_ms:g} ms one way; "
+                  f"logs: {group.log_dir}) ...", flush=True)  # fmt: skip
+            tb = start_testbed(group, model, link, args)
+            for load in loads:
+                sessions = build_sessions(args, load)
+                prompts_hit = _ideal_hit(sessions)
+                label = (f"{args.workload} {len(sessions)} sessions, {mbps:g} Mbit/s, "
+                         f"ideal prefix hit {100 * prompts_hit:.0f}%")  # fmt: skip
+                point = run_point(tb, sessions, args.contenders, label,
+                                  log=lambda m: print(m, flush=True))  # fmt: skip
+                point.update(wan_mbps=mbps, sessions=len(sessions))
+                print(f"\n== {label}")
+                print_point(point)
+                for line in headline(point):
+                    print(line)
+                print(flush=True)
+                points.append(point)
+    _write(points, args)
+    return 0 if all(p["summaries"] and not any(s.errors for s in p["summaries"])
+                    for p in points) else 1  # fmt: skip
+
+
+def _ideal_hit(sessions) -> float:
+    # Prompts as the client would send them, with outputs unknown: the shared prefixes come from
+    # history, so count each turn's new ids against the session's earlier ones.
+    prompts = []
+    for s in sessions:
+        history: list[int] = []
+        for t in s.turns:
+            prompts.append(history + list(t.new_ids))
+            if t.kind != "side":
+                history = prompts[-1] + [1] * t.max_new_tokens
+    return ideal_prefix_hit(prompts)
+
+
+def _write(points: list[dict], args) -> None:
+    if args.json:
+        data = [{"label": p["label"], "wan_mbps": p["wan_mbps"], "sessions": p["sessions"],
+                 "identical": p["identical"],
+                 "summaries": [s.as_dict() for s in p["summaries"]],
+                 "requests": {n: [asdict(r) for r in rs] for n, rs in p["runs"].items()}}
+                for p in points]  # fmt: skip
+        Path(args.json).write_text(json.dumps({"args": vars(args), "points": data}, indent=1))
+        print(f"wrote {args.json}")
+    if args.plot and points:
+        ttft_cdf_plot(points[0]["runs"], args.plot, points[0]["label"])
+        print(f"wrote {args.plot}")
+    if len(points) > 1:
+        print("\nsweep (TTFT P50/P90/P99 in s; ratio to cross-DC PD):")
+        for p in points:
+            s = {x.name: x for x in p["summaries"]}
+            cross = s.get("cross-dc")
+            for name, x in s.items():
+                ratio = ("" if cross is None or x is cross or not cross.ttft_p90 else
+                         f"  ({x.ttft_p50 / cross.ttft_p50:.2f}x {x.ttft_p90 / cross.ttft_p90:.2f}x "
+                         f"{x.ttft_p99 / cross.ttft_p99:.2f}x)")  # fmt: skip
+                print(
+                    f"  {p['sessions']:>2} sessions {p['wan_mbps']:>4g} Mbit/s {name:<16} "
+                    f"{x.ttft_p50:.2f} / {x.ttft_p90:.2f} / {x.ttft_p99:.2f}{ratio}"
+                )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""Summaries of a contender's replay: latency percentiles, RLD share, WAN bytes, and tables."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from sglang_pdd.testbed.replay import RequestResult
+
+
+def pct(values, q: float) -> float | None:
+    values = [v for v in values if v is not None]
+    return float(np.percentile(values, q)) if values else None
+
+
+@dataclass
+class ContenderSummary:
+    """What one contender did with one workload."""
+
+    name: str
+    requests: int
+    errors: int
+    ttft_p50: float | None
+    ttft_p90: float | None
+    ttft_p99: float | None
+    itl_p50: float | None
+    itl_p99: float | None
+    e2e_p50: float | None
+    e2e_p90: float | None
+    late_sends: int
+    output_tokens: int
+    relay_tokens: int | None  # PDD only
+    wan_bytes: int | None
+    duplicate_transfers: int | None  # PDD only
+    pipelines: dict | None = None  # PDD only: requests per pipeline
+
+    @property
+    def relay_share(self) -> float | None:
+        if self.relay_tokens is None or not self.output_tokens:
+            return None
+        return self.relay_tokens / self.output_tokens
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "relay_share": self.relay_share}
+
+
+def summarize(name: str, results: list[RequestResult], wan_bytes: int | None = None,
+              duplicate_transfers: int | None = None) -> ContenderSummary:  # fmt: skip
+    ok = [r for r in results if r.status == 200]
+    gaps = [g for r in ok for g in r.gaps_s]
+    records = [r.record for r in ok if r.record]
+    relay = sum(rec["relay_tokens"] for rec in records) if records else None
+    pipelines = None
+    if records:
+        pipelines = {}
+        for rec in records:
+            pipelines[rec["pipeline"]] = pipelines.get(rec["pipeline"], 0) + 1
+    return ContenderSummary(
+        name=name, requests=len(results), errors=len(results) - len(ok),
+        ttft_p50=pct([r.ttft_s for r in ok], 50), ttft_p90=pct([r.ttft_s for r in ok], 90),
+        ttft_p99=pct([r.ttft_s for r in ok], 99),
+        itl_p50=pct(gaps, 50), itl_p99=pct(gaps, 99),
+        e2e_p50=pct([r.e2e_s for r in ok], 50), e2e_p90=pct([r.e2e_s for r in ok], 90),
+        late_sends=sum(1 for r in results if r.late_s > 0.05),
+        output_tokens=sum(len(r.output_ids) for r in ok), relay_tokens=relay,
+        wan_bytes=wan_bytes, duplicate_transfers=duplicate_transfers, pipelines=pipelines,
+    )  # fmt: skip
+
+
+def identical_outputs(results: list[RequestResult], reference: list[RequestResult]) -> tuple:
+    """(equal, compared): requests whose output ids equal the reference's for the same turn."""
+    ref = {(r.sid, r.turn): r.output_ids for r in reference if r.status == 200}
+    pairs = [(r.output_ids, ref[(r.sid, r.turn)]) for r in results
+             if r.status == 200 and (r.sid, r.turn) in ref]  # fmt: skip
+    return sum(a == b for a, b in pairs), len(pairs)
+
+
+def _f(v, scale=1.0, digits=2) -> str:
+    return "-" if v is None else f"{v * scale:.{digits}f}"
+
+
+def table(summaries: list[ContenderSummary], baseline: str | None = None) -> str:
+    """A fixed-width table of the summaries, with TTFT ratios against ``baseline``."""
+    base = next((s for s in summaries if s.name == baseline), None)
+    head = (f"{'contender':<22} {'n':>4} {'err':>3} {'TTFT p50':>8} {'p90':>6} {'p99':>6} "
+            f"{'ITL p50':>7} {'p99':>6} {'E2E p50':>7} {'p90':>6} {'RLD%':>5} {'WAN MB':>7} "
+            f"{'dup':>3} {'late':>4}")  # fmt: skip
+    lines = [head, "-" * len(head)]
+    for s in summaries:
+        lines.append(
+            f"{s.name:<22} {s.requests:>4} {s.errors:>3} {_f(s.ttft_p50):>8} {_f(s.ttft_p90):>6} "
+            f"{_f(s.ttft_p99):>6} {_f(s.itl_p50, 1000, 0):>5}ms {_f(s.itl_p99, 1000, 0):>4}ms "
+            f"{_f(s.e2e_p50):>7} {_f(s.e2e_p90):>6} {_f(s.relay_share, 100, 1):>5} "
+            f"{_f(s.wan_bytes and s.wan_bytes / 1e6):>7} "
+            f"{'-' if s.duplicate_transfers is None else s.duplicate_transfers:>3} "
+            f"{s.late_sends:>4}"
+        )  # fmt: skip
+    if base is not None:
+        lines.append("")
+        for s in summaries:
+            if s is base or s.ttft_p90 is None or not base.ttft_p90:
+                continue
+            lines.append(f"{s.name} / {base.name}: TTFT p50 {_ratio(s.ttft_p50, base.ttft_p50)}, "
+                         f"p90 {_ratio(s.ttft_p90, base.ttft_p90)}, "
+                         f"p99 {_ratio(s.ttft_p99, base.ttft_p99)}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _ratio(a, b) -> str:
+    return "-" if a is None or not b else f"{a / b:.2f}x"
+
+
+def ttft_cdf_plot(runs: dict[str, list[RequestResult]], path: str, title: str) -> None:
+    """Write a PNG of each contender's TTFT CDF."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, results in runs.items():
+        ttfts = sorted(r.ttft_s for r in results if r.status == 200 and r.ttft_s is not None)
+        if ttfts:
+            ax.step(ttfts, np.arange(1, len(ttfts) + 1) / len(ttfts), where="post", label=name)
+    ax.set_xlabel("TTFT (s)")
+    ax.set_ylabel("fraction of requests")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

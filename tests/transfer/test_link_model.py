@@ -1,0 +1,56 @@
+"""The live link model: queue accounting and the fit of observed transfer times."""
+
+import pytest
+
+from sglang_pdd.transfer.link_model import LinkModelConfig, LiveLinkModel
+
+PRIOR = LinkModelConfig(prior_bandwidth_bytes_per_s=1e6, prior_rtt_s=0.2)
+
+
+def test_prior_before_any_observation():
+    model = LiveLinkModel(PRIOR)
+    assert model.throughput_bytes_per_s == pytest.approx(1e6)
+    assert model.overhead_s == pytest.approx(0.2)
+    assert model.predict_s(5e5) == pytest.approx(0.7)
+
+
+def test_queued_bytes_count_until_landing():
+    model = LiveLinkModel(PRIOR)
+    model.start("a", 1e6, now=0.0)
+    model.start("b", 5e5, now=0.0)
+    assert model.queued_bytes == 1.5e6 and model.in_flight == 2
+    assert model.predict_s(0) == pytest.approx(0.2 + 1.5)
+    model.finish("a", now=1.2)
+    assert model.queued_bytes == 5e5
+    with pytest.raises(ValueError):
+        model.start("b", 1, now=0.0)
+
+
+def test_fit_learns_a_slower_link_and_its_overhead():
+    model = LiveLinkModel(PRIOR)
+    # The real link: 250 kB/s and 0.5 s of fixed cost; transfers one at a time.
+    t = 0.0
+    for i, size in enumerate([1e5, 4e5, 2e5, 8e5, 3e5, 6e5] * 3):
+        model.start(i, size, now=t)
+        t += 0.5 + size / 2.5e5
+        obs = model.finish(i, now=t)
+    assert model.throughput_bytes_per_s == pytest.approx(2.5e5, rel=0.1)
+    assert model.overhead_s == pytest.approx(0.5, abs=0.1)
+    assert abs(obs.error_s) < 0.3
+
+
+def test_unlearned_and_cancelled_transfers_teach_nothing():
+    model = LiveLinkModel(PRIOR)
+    model.start("p-md", 1e5, now=0.0)
+    assert model.finish("p-md", now=50.0, learn=False).took_s == 50.0
+    model.start("failed", 1e5, now=0.0)
+    model.cancel("failed")
+    assert model.observations == 0 and model.queued_bytes == 0
+    assert model.predict_s(0) == pytest.approx(0.2)
+
+
+def test_config_is_validated():
+    with pytest.raises(ValueError, match="forget"):
+        LinkModelConfig(1e6, 0.1, forget=1.5)
+    with pytest.raises(ValueError, match="bandwidth"):
+        LinkModelConfig(0, 0.1)
