@@ -268,12 +268,18 @@ def _ideal_hit(sessions) -> float:
     return ideal_prefix_hit(prompts)
 
 
+def _row(result) -> dict:
+    row = asdict(result)
+    row["prompt_tokens"] = len(row.pop("prompt_ids"))
+    return row
+
+
 def _write(points: list[dict], args) -> None:
     if args.json:
         data = [{"label": p["label"], "wan_mbps": p["wan_mbps"], "sessions": p["sessions"],
                  "identical": p["identical"],
                  "summaries": [s.as_dict() for s in p["summaries"]],
-                 "requests": {n: [asdict(r) for r in rs] for n, rs in p["runs"].items()}}
+                 "requests": {n: [_row(r) for r in rs] for n, rs in p["runs"].items()}}
                 for p in points]  # fmt: skip
         Path(args.json).write_text(json.dumps({"args": vars(args), "points": data}, indent=1))
         print(f"wrote {args.json}")
@@ -286,9 +292,11 @@ def _write(points: list[dict], args) -> None:
             s = {x.name: x for x in p["summaries"]}
             cross = s.get("cross-dc")
             for name, x in s.items():
-                ratio = ("" if cross is None or x is cross or not cross.ttft_p90 else
-                         f"  ({x.ttft_p50 / cross.ttft_p50:.2f}x {x.ttft_p90 / cross.ttft_p90:.2f}x "
-                         f"{x.ttft_p99 / cross.ttft_p99:.2f}x)")  # fmt: skip
+                ratio = ""
+                if cross is not None and x is not cross and cross.ttft_p90:
+                    ratio = (f"  ({x.ttft_p50 / cross.ttft_p50:.2f}x "
+                             f"{x.ttft_p90 / cross.ttft_p90:.2f}x "
+                             f"{x.ttft_p99 / cross.ttft_p99:.2f}x)")  # fmt: skip
                 print(
                     f"  {p['sessions']:>2} sessions {p['wan_mbps']:>4g} Mbit/s {name:<16} "
                     f"{x.ttft_p50:.2f} / {x.ttft_p90:.2f} / {x.ttft_p99:.2f}{ratio}"

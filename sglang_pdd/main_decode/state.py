@@ -80,6 +80,7 @@ class MainDecodeState:
                 keep.append(req)
                 continue
             req._pdd_seen = True
+            publish_prompt(scheduler, req)
             self.parked_at[req.rid] = time.time()
             event = self._ready_event(req)
             event["kv_bytes"] = event["received_tokens"] * kv_bytes_per_token(scheduler)
@@ -139,6 +140,19 @@ class MainDecodeState:
         self._send(rid, {"event": "extended", "t": time.time(), "tokens": tokens, "final": final})
         if final:
             self.watchers.pop(rid, None)
+
+
+def publish_prompt(scheduler, req) -> None:
+    """Insert the prompt KV that just landed into MD's radix tree now, not when the request
+    ends: a concurrent request sharing the prefix (another session's system prompt, a side call)
+    then finds it in MD's cache instead of pulling it across the WAN again, and the KV events
+    tell the router MD holds it. The prompt stays locked by the request, as after a chunked
+    prefill, and SGLang's own release inserts the rest when the request ends."""
+    tree = scheduler.tree_cache
+    if getattr(req, "skip_radix_cache_insert", False) or getattr(tree, "disable", True):
+        return
+    req.refresh_fill_ids()
+    tree.checkpoint(req, up_to=len(req.origin_input_ids))
 
 
 def kv_bytes_per_token(scheduler) -> int:

@@ -90,6 +90,12 @@ class MainSite:
         self.transfers.landed(event["rid"], event.get("cached_tokens"), event.get("kv_bytes"),
                               now)  # fmt: skip
 
+    def view_tokens(self) -> int | None:
+        """Tokens in the KV-event view of MD's cache (None without KV events)."""
+        if self.subscriber is None:
+            return None
+        return self.subscriber.view.pages * (self.subscriber.view.page_size or 1)
+
     def describe(self) -> dict:
         """Live state for ``/get_server_info``."""
         t, link = self.transfers, self.transfers.link

@@ -130,30 +130,46 @@ class PddRequestRun:
         self.router.control_for(self.main).forget(self.rid + ".main")
 
     # -- the transfer to Main-Decode ----------------------------------------------------------
-    async def _wait_for_dependency(self) -> None:
-        """Wait until no transfer on MD's link carries this prompt's prefix (then MD asks P only
-        for what it still lacks); a deferred warm of a prefix is carried by this request."""
-        mp = self.main_plan
-        dep = mp.dependency if mp is not None else None
-        if dep is None:
-            return
-        transfers = self.site.transfers
-        if mp.carries_dependency and dep.state == DEFERRED:
-            transfers.drop(dep)
+    def _try_claim(self, main_rid: str, *, learn: bool):
+        """Register this request's transfer to MD unless a transfer carrying part of its prompt
+        is on the link: ``(transfer, None)`` or ``(None, what to wait for)``. Synchronous, so
+        no other request can slip in between the check and the registration."""
+        ids = self.body["input_ids"]
+        mp = self.router.main_plan(self.site, ids, self._hashes())
+        dep = mp.dependency
+        if dep is not None and mp.carries_dependency and dep.state == DEFERRED:
+            self.site.transfers.drop(dep)  # this request's KV carries the warm's prompt too
             self.record.reason += f"; carries the deferred warm of {dep.rid}"
-            return
-        transfers.promote(dep)
-        if not dep.off_link.is_set():
-            transfers.stats.waited += 1
-            started = self._since()
+            dep = None
+        if dep is not None:
+            return None, dep
+        return self._start_transfer(main_rid, warming=self._released, learn=learn), None
+
+    async def _claim(self, main_rid: str, *, learn: bool):
+        """Wait until no transfer on MD's link carries this prompt's prefix, then register this
+        request's own (MD then asks P only for what it still lacks)."""
+        started = None
+        while True:
+            transfer, dep = self._try_claim(main_rid, learn=learn)
+            if transfer is not None:
+                if started is not None:
+                    self.record.waited_s = round(self._since() - started, 4)
+                return transfer
+            if started is None:
+                started = self._since()
+                self.site.transfers.stats.waited += 1
+            self.site.transfers.promote(dep)  # a deferred warm we need goes now
             await dep.off_link.wait()
-            self.record.waited_s = round(self._since() - started, 4)
+
+    def _hashes(self) -> list[int]:
+        if self.main_plan is not None:
+            return self.main_plan.hashes
+        return block_hashes(self.body["input_ids"], self.router.config.cache_block_tokens)
 
     def _start_transfer(self, main_rid: str, *, warming: bool = False, learn: bool = True):
         """Register the KV this request is about to send to MD (what MD's cache lacks now)."""
         ids = self.body["input_ids"]
-        hashes = self.main_plan.hashes if self.main_plan is not None else block_hashes(
-            ids, self.router.config.cache_block_tokens)  # fmt: skip
+        hashes = self._hashes()
         cached = min(self.site.cached_tokens(ids), len(ids))
         nbytes = (len(ids) - cached) * self.router.kv_bytes_per_token
         self._transfer = self.site.transfers.start(
@@ -182,8 +198,7 @@ class PddRequestRun:
         rid = self.rid + ".main"
         control = self.router.control_for(self.main)
         events = await control.watch(rid)
-        await self._wait_for_dependency()
-        self._start_transfer(rid, learn=False)  # its time to MD includes P's prefill
+        await self._claim(rid, learn=False)  # its time to MD includes P's prefill
         room = random.getrandbits(63)
         prefill = self._spawn(post_json(self.router.session, f"{self.prefill_url}/generate",
                                         self._sub_body(self.rid + ".p", room)))  # fmt: skip
@@ -237,14 +252,14 @@ class PddRequestRun:
         a later request that extends this prompt may carry it instead (the warm is dropped)."""
         control = self.router.control_for(self.main)
         try:
-            await asyncio.shield(gate)
+            transfer = await asyncio.shield(gate)
         except (UpstreamError, aiohttp.ClientError, asyncio.CancelledError) as exc:
             logger.info("sglang-pdd router: %s: prefill failed (%s); Main-Decode not warmed",
                         self.rid, exc)  # fmt: skip
             await abort(self.router.session, self.main.url, main_rid)
             control.forget(main_rid)
             return
-        transfer = self._start_transfer(main_rid, warming=True)
+        self.site.transfers.mark_warming(main_rid)
         await transfer.dispatch.wait()
         if transfer.state == DROPPED:  # a later request of this prefix carried it
             control.forget(main_rid)
@@ -265,11 +280,11 @@ class PddRequestRun:
                                self.rid, result)  # fmt: skip
         self.site.transfers.drop(transfer)  # no-op once landed; frees waiters if it failed
 
-    async def _main_gate(self, prefill1: asyncio.Task) -> None:
+    async def _main_gate(self, prefill1: asyncio.Task, main_rid: str):
         """Room 2 may go once P's KV for room 1 is out (room 2 is then a radix hit on P) and no
-        transfer on MD's link carries this prompt's prefix."""
+        transfer on MD's link carries this prompt's prefix; returns the registered transfer."""
         await asyncio.shield(prefill1)
-        await self._wait_for_dependency()
+        return await self._claim(main_rid, learn=True)
 
     async def _raise_prefill_error(self, prefill_task: asyncio.Task, fallback: Exception):
         """Prefer the prefill server's error (it validates the prompt) over a decode-side one."""
@@ -289,22 +304,20 @@ class PddRequestRun:
         relay_q = self._stream_into_queue(self.relay_url, self._sub_body(relay_rid, room1))
         main_q: asyncio.Queue | None = None
         gate = prefill2 = None
-        mp = self.main_plan
-        if self.router.config.main_transfer_start == "with-prefill" and (
-            mp.dependency is None or mp.carries_dependency
-        ):
+        claimed = None
+        if self.router.config.main_transfer_start == "with-prefill":
+            claimed, _ = self._try_claim(main_rid, learn=False)
+        if claimed is not None:
             # Room 2 goes now: MD's bootstrap and prefix match overlap P's prefill, and P holds
             # room 2 until room 1 is prefilled (patches/prefill_twin_hold.py), so its KV leaves
             # when the prefill ends, as a radix hit.
-            await self._wait_for_dependency()  # drops a deferred warm this request carries
-            self._start_transfer(main_rid, learn=False)
             prefill1.add_done_callback(
                 lambda _t: self.site.transfers.restart_clock(main_rid))  # fmt: skip
             prefill2 = self._spawn(post_json(session, f"{self.prefill_url}/generate",
                                              self._sub_body(self.rid + ".p2", room2)))  # fmt: skip
             main_q = self._stream_into_queue(self.main.url, self._sub_body(main_rid, room2))
         else:
-            gate = self._spawn(self._main_gate(prefill1))
+            gate = self._spawn(self._main_gate(prefill1, main_rid))
         relay_ids: list[int] = []
         handed = 0  # ids Main-Decode has been given
         main_ready = False  # MD reported its KV landed
@@ -325,8 +338,8 @@ class PddRequestRun:
                 kind, value = waiters[fut], fut.result()
                 if kind == "prefill":
                     if main_q is None:
-                        # P's KV for room 1 is out; room 2 is now a radix hit on P.
-                        self._start_transfer(main_rid)
+                        # P's KV for room 1 is out; room 2 is now a radix hit on P (the gate
+                        # registered its transfer).
                         prefill2 = self._spawn(post_json(
                             session, f"{self.prefill_url}/generate",
                             self._sub_body(self.rid + ".p2", room2)))  # fmt: skip

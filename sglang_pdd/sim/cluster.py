@@ -32,6 +32,7 @@ from sglang_pdd.sim.config import ClusterSpec, SimConfig
 from sglang_pdd.sim.instances import DecodeInstance, PrefillInstance
 from sglang_pdd.sim.link import FairShareLink
 from sglang_pdd.sim.workload import Request
+from sglang_pdd.transfer.link_model import LinkModelConfig, LiveLinkModel
 
 # How often RLD re-checks whether MD has room before stopping for a handoff (seconds).
 HANDOFF_RETRY_S = 0.1
@@ -126,6 +127,9 @@ class ClusterSim:
             )
             self.drc = BlockPrefixCache(d_tokens // self.block_tokens)
         self.wan = FairShareLink(self.env, spec.wan, rng) if spec.cross_dc else None
+        # The policy sees the link as the router does: a LiveLinkModel fed with the transfers
+        # started and landed, seeded with the link's nominal rate and RTT.
+        self.link_model = LiveLinkModel(LinkModelConfig(spec.wan.bytes_per_s, spec.wan.rtt_s))
         # The intra-DC fabric: every P instance's NICs together, one instance's NICs per flow.
         intra = spec.intra_link(p_perf.rdma_bytes_per_s, spec.prefill.count)
         self.intra = FairShareLink(self.env, intra, rng)
@@ -171,14 +175,14 @@ class ClusterSim:
             cached = self._hit_tokens(pin.blocks, req)
         rec.decode_hit_tokens = cached
         facts = RequestFacts(req.input_tokens, cached, req.output_tokens, self.kv)
-        wan_bytes = facts.uncached_tokens * self.kv
         relay_load = min((r.load for r in self.relay), default=0.0)
-        decision = self.pipeline_policy.decide(facts, self.wan.estimate(wan_bytes), relay_load)
+        decision = self.pipeline_policy.decide(facts, self.link_model.estimate(), relay_load)
         rec.pipeline = decision.pipeline
         if decision.pipeline == PIPELINE_P_RLD and self.relay:
             self._send_local(req, self._to_relay)
             return
         rec.wan_bytes = decision.wan_bytes
+        self.link_model.start(req.rid, decision.wan_bytes, now)
         self.wan.send(decision.wan_bytes, lambda t, r=req: self._main_kv_ready(r))
         if decision.pipeline == PIPELINE_P_RLD_MD and self.relay:
             self._send_local(req, self._to_relay)
@@ -215,6 +219,7 @@ class ClusterSim:
     def _main_kv_ready(self, req: Request) -> None:
         rec = self.records[req.rid]
         rec.main_kv_s = self.env.now
+        self.link_model.finish(req.rid, self.env.now)
         if self.drc is not None:
             self.drc.insert(req.hash_ids)
             if not rec.completions:

@@ -147,12 +147,44 @@ def start_wan_proxy(group: ServerGroup, name: str, target_port: int, link: WanLi
     return f"http://127.0.0.1:{port}"
 
 
+def add_main_decode(group: ServerGroup, cluster: PddCluster, name: str) -> MainDecodeSite:
+    """Start one more Main-Decode in datacenter B (behind its own WAN proxies), not yet known to
+    any router: pass ``mains=`` to ``start_router``."""
+    cfg = cluster.config
+    control_port, events_port = free_port(), free_port()
+    extra = ("--pdd-role", "main", "--pdd-control-port", str(control_port),
+             "--disaggregation-decode-enable-radix-cache")  # fmt: skip
+    if cfg.kv_events:
+        extra += ("--kv-events-config", kv_events_config(events_port))
+    server, = group.start(ServerSpec(
+        name, role="decode", model_path=cfg.model_path, dtype=cfg.dtype,
+        chunked_prefill_size=cfg.chunked_prefill_size, max_total_tokens=cfg.max_total_tokens,
+        env=(("SGLANG_HOST_IP", DATACENTER_B_HOST),), extra_args=extra))  # fmt: skip
+    return _site(group, server, name, control_port, events_port if cfg.kv_events else None,
+                 cfg.wan)  # fmt: skip
+
+
+def _site(group, server, tag, control_port, events_port, wan) -> MainDecodeSite:
+    http_url = start_wan_proxy(group, f"wan-http-{tag}", server.port, wan)
+    control_url = start_wan_proxy(group, f"wan-control-{tag}", control_port, wan)
+    events_url = (start_wan_proxy(group, f"wan-kv-events-{tag}", events_port, wan)
+                  if events_port else None)  # fmt: skip
+    return MainDecodeSite(
+        server,
+        http_url,
+        control_url.replace("http://", "tcp://"),
+        events_url and events_url.replace("http://", "tcp://"),
+    )
+
+
 def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
-                 relay_url: str | None = None, **overrides) -> ServerProcess:  # fmt: skip
+                 relay_url: str | None = None, mains: list[MainDecodeSite] | None = None,
+                 **overrides) -> ServerProcess:  # fmt: skip
     """Start a(nother) router in front of ``cluster``; ``overrides`` replace config fields
     (``handoff_mode``, ``catchup_threshold``, ``catchup_chunk``, ``ttft_slo_s``,
     ``upstream_keepalive_s``, ``auto_relay_busy_fraction``), and
-    ``relay_url`` reaches Relay-Decode another way (e.g. through a slow proxy)."""
+    ``relay_url`` reaches Relay-Decode another way (e.g. through a slow proxy), ``mains`` replaces
+    the Main-Decodes it routes to."""
     cfg = cluster.config
     opts = {"handoff_mode": cfg.handoff_mode, "catchup_threshold": cfg.catchup_threshold,
             "catchup_chunk": cfg.catchup_chunk, "ttft_slo_s": cfg.ttft_slo_s,
@@ -162,7 +194,8 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
     port = free_port()
     router = group.launch_command(name, _cli(
         "router", "--prefill", cluster.prefill.url, "--relay", relay_url or cluster.relay.url,
-        *_main_flags(cluster.mains), "--port", str(port), "--handoff-mode", opts["handoff_mode"],
+        *_main_flags(mains or cluster.mains), "--port", str(port),
+        "--handoff-mode", opts["handoff_mode"],
         "--catchup-threshold", str(opts["catchup_threshold"]),
         "--catchup-chunk", str(opts["catchup_chunk"]),
         "--ttft-slo-s", str(opts["ttft_slo_s"]),

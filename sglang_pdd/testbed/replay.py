@@ -36,6 +36,7 @@ class RequestResult:
     output_ids: list[int] = field(default_factory=list)
     record: dict | None = None  # meta_info["pdd"] when the contender is PDD
     error: str = ""
+    prompt_ids: list[int] = field(default_factory=list, repr=False)
 
 
 def _result(sid, k, turn, prompt, at, late, res: GenerateResult) -> RequestResult:
@@ -45,11 +46,14 @@ def _result(sid, k, turn, prompt, at, late, res: GenerateResult) -> RequestResul
     error = "" if res.status == 200 else str(res.body)[:300]
     return RequestResult(sid, k, turn.kind, len(prompt), at, late, res.status, res.ttft_s,
                          res.latency_s, gaps, list(res.body.get("output_ids") or ()),
-                         meta.get("pdd"), error)  # fmt: skip
+                         meta.get("pdd"), error, list(prompt))  # fmt: skip
 
 
-def run_workload(sessions: tuple[Session, ...], send: Sender,
-                 on_result: Callable[[RequestResult], None] | None = None) -> list[RequestResult]:  # fmt: skip
+def run_workload(
+    sessions: tuple[Session, ...],
+    send: Sender,
+    on_result: Callable[[RequestResult], None] | None = None,
+) -> list[RequestResult]:
     """Replay ``sessions`` through ``send``; returns every request's result."""
     results: list[RequestResult] = []
     lock = threading.Lock()

@@ -113,3 +113,13 @@ def auto_router(server_group, pdd_cluster, small_relay):
     return start_router(server_group, pdd_cluster, name="router-auto", relay_url=small_relay.url,
                         handoff_mode="auto", catchup_threshold=4, catchup_chunk=64,
                         auto_relay_busy_fraction=0.5)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def two_mains_router(server_group, pdd_cluster):
+    """A router over the cluster's Main-Decode and a second one (both behind the WAN)."""
+    from sglang_pdd.testbed.cluster import add_main_decode, start_router
+
+    second = add_main_decode(server_group, pdd_cluster, "main-b")
+    return start_router(server_group, pdd_cluster, name="router-two-mains",
+                        mains=[pdd_cluster.mains[0], second])  # fmt: skip

@@ -9,14 +9,14 @@ import time
 import pytest
 import requests
 
-from sglang_pdd.testbed.client import generate, pd_generate
+from sglang_pdd.testbed.client import generate, pd_generate, wait_router_settled
 from tests.e2e.prompts import make_prompt
 
 pytestmark = pytest.mark.servers
 
 
 def _body(prompt: str, max_new_tokens: int) -> dict:
-    return {"text": prompt, "sampling_params": {"temperature": 0.0,
+    return {"text": prompt, "sampling_params": {"temperature": 0.0, "ignore_eos": True,
                                                 "max_new_tokens": max_new_tokens}}  # fmt: skip
 
 
@@ -40,6 +40,10 @@ def test_auto_handoff_follows_relay_load(pdd_cluster, small_relay, auto_router, 
     prompt, budget = make_prompt(random.Random(51), 400), 160
     expected = generate(colocated.url, _body(prompt, budget)).output_ids
 
+    # MD caches the prompt first (a one-token request finishes on RLD and warms MD), so that
+    # MD is ready after one short transfer, long before RLD's 160th token.
+    assert generate(router, _body(prompt, 1)).status == 200
+    wait_router_settled(router)
     _wait_load(router, relay, busy=False)
     idle = generate(router, _body(prompt, budget))
     assert idle.output_ids == expected

@@ -1,0 +1,120 @@
+"""PDD under concurrent multi-turn load on real servers: outputs, transfers, cache view, MDs."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+import requests
+
+from sglang_pdd.testbed.client import generate, wait_router_settled
+from sglang_pdd.testbed.replay import run_workload
+from sglang_pdd.testbed.workload import AgenticConfig, agentic_sessions
+
+pytestmark = pytest.mark.servers
+
+
+def _info(router_url: str) -> dict:
+    return requests.get(f"{router_url}/get_server_info", timeout=30).json()["pdd_router"]
+
+
+def _wait_for(predicate, what: str, timeout: float = 120):
+    """Poll a state until ``predicate`` returns a truthy value (no fixed sleeps)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _greedy(ids, budget):
+    return {"input_ids": list(ids), "sampling_params": {"temperature": 0.0,
+                                                        "max_new_tokens": budget,
+                                                        "ignore_eos": True}}  # fmt: skip
+
+
+def test_concurrent_sessions_match_colocated_without_duplicate_transfers(pdd_cluster, colocated):
+    """Four agentic sessions sharing a system prompt start at once: every output equals the
+    co-located server's, the shared prefix is never on the link twice at once (later requests
+    wait for the transfer that carries it), and nothing is left held afterwards."""
+    router = pdd_cluster.router_url
+    wait_router_settled(router)
+    before = next(iter(_info(router)["mains"].values()))
+    sessions = agentic_sessions(AgenticConfig(
+        sessions=4, turns=3, system_tokens=600, context_tokens=300, user_tokens=20,
+        tool_tokens=60, cold_fraction=0.0, side_call_fraction=0.0, output_tokens=48,
+        turn_interval_s=0.1, stagger_s=0.0, seed=3))  # fmt: skip
+    results = run_workload(sessions, lambda body: generate(router, body, stream=True))
+    assert len(results) == 12 and all(r.status == 200 for r in results), [r.error for r in results]
+    for r in results:
+        expected = generate(colocated.url, _greedy(r.prompt_ids, len(r.output_ids)))
+        assert r.output_ids == expected.output_ids, (r.sid, r.turn)
+    wait_router_settled(router)
+    after = next(iter(_info(router)["mains"].values()))
+    assert after["duplicate_transfers"] == before["duplicate_transfers"]
+    assert after["transfer_waits"] > before["transfer_waits"]
+    assert after["link_queued_bytes"] == 0 and after["deferred_warms"] == 0
+
+
+def test_cache_view_follows_main_decode_kv_events(pdd_cluster):
+    """The router's view of MD's cache is MD's radix tree, as its KV events describe it: empty
+    after MD flushes, holding a prompt once MD inserted its KV, empty again after a flush."""
+    router, main = pdd_cluster.router_url, pdd_cluster.main.url
+    wait_router_settled(router)
+
+    def view():
+        return next(iter(_info(router)["mains"].values()))["cache_view_tokens"]
+
+    def flush():
+        return requests.post(f"{main}/flush_cache", timeout=30).status_code == 200
+
+    _wait_for(flush, "Main-Decode idle enough to flush")
+    _wait_for(lambda: view() == 0, "the view to empty after the flush")
+    rng = random.Random(21)
+    prompt = [rng.randrange(10, 250) for _ in range(900)]
+    first = generate(router, _greedy(prompt, 8))
+    assert first.status == 200
+    wait_router_settled(router)  # MD has received (and cached) the prompt's KV
+    assert _wait_for(lambda: view() >= len(prompt), "the view to hold the prompt")
+    second = generate(router, _greedy(prompt + first.output_ids + [11] * 40, 8))
+    reason = second.body["meta_info"]["pdd"]["reason"]
+    # Only the new ids (and the last partial block) are expected to cross the WAN.
+    kb = float(reason.split(" kB behind")[0].rsplit(", ", 1)[1])
+    assert kb * 1000 < 200 * 512, reason
+    wait_router_settled(router)
+    _wait_for(flush, "Main-Decode idle enough to flush")
+    _wait_for(lambda: view() == 0, "the view to empty after the second flush")
+
+
+def test_two_main_decodes_split_sessions_and_keep_affinity(two_mains_router, colocated):
+    """Two sessions starting at once go to different MDs (load); each later turn follows its
+    session's MD (real cache hit); outputs equal the co-located server's."""
+    router = two_mains_router.url
+    rng = random.Random(33)
+    contexts = [[rng.randrange(10, 250) for _ in range(700)] for _ in range(2)]
+    firsts: list = [None, None]
+
+    def first_turn(i):
+        firsts[i] = generate(router, _greedy(contexts[i], 24), stream=True)
+
+    threads = [threading.Thread(target=first_turn, args=(i,)) for i in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    mains = [f.body["meta_info"]["pdd"]["main"] for f in firsts]
+    assert mains[0] != mains[1], mains
+    wait_router_settled(router)
+    for i in range(2):
+        history = contexts[i] + firsts[i].output_ids
+        for _ in range(2):
+            history += [rng.randrange(10, 250) for _ in range(30)]
+            got = generate(router, _greedy(history, 24))
+            assert got.status == 200, got.body
+            assert got.body["meta_info"]["pdd"]["main"] == mains[i]
+            assert got.output_ids == generate(colocated.url, _greedy(history, 24)).output_ids
+            history += got.output_ids
+            wait_router_settled(router)
