@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import tempfile
@@ -60,14 +61,20 @@ class Testbed:
 
 
 def start_testbed(group: ServerGroup, model: str, link: WanLinkConfig, args) -> Testbed:
+    cpus = ("", "")
+    if args.pin_datacenters and (os.cpu_count() or 1) >= 2:
+        half = (os.cpu_count() or 2) // 2
+        cpus = (f"0-{half - 1}" if half > 1 else "0", f"{half}-{2 * half - 1}"
+                if half > 1 else "1")  # fmt: skip
     cfg = PddClusterConfig(model_path=model, wan=link, ttft_slo_s=args.ttft_slo_s,
                            handoff_mode=args.handoff_mode, mains=args.mains,
-                           max_total_tokens=args.max_total_tokens)  # fmt: skip
+                           max_total_tokens=args.max_total_tokens,
+                           datacenter_cpus=cpus)  # fmt: skip
     cluster = start_cluster(group, cfg)
     decode, = group.start(ServerSpec(
         "cross-dc-decode", model_path=model, role="decode", dtype=cfg.dtype,
         chunked_prefill_size=cfg.chunked_prefill_size, max_total_tokens=cfg.max_total_tokens,
-        env=(("SGLANG_HOST_IP", DATACENTER_B_HOST),),
+        env=(("SGLANG_HOST_IP", DATACENTER_B_HOST),), cpus=cpus[1],
         extra_args=("--disaggregation-decode-enable-radix-cache",)))  # fmt: skip
     via_wan = start_wan_proxy(group, "cross-dc-wan-http", decode.port, link)
     routers = {"pdd": cluster.router_url}
@@ -142,6 +149,73 @@ def run_point(tb: Testbed, sessions, names, label: str, log=print) -> dict:
     return {"label": label, "summaries": summaries, "runs": runs, "identical": same}
 
 
+def run_bench_serving(group: ServerGroup, tb: Testbed, model: str, args, workdir: Path) -> dict:
+    """Unmodified ``python -m sglang.bench_serving --backend sglang`` against the PDD router and
+    against SGLang's cross-DC PD (through ``sglang-pdd pd-lb``); returns each one's metrics."""
+    import subprocess
+
+    from sglang_pdd.testbed.ports import free_port
+
+    port = free_port()
+    p = tb.cluster.prefill
+    lb = group.launch_command("cross-dc-lb", [
+        sys.executable, "-m", "sglang_pdd.cli", "pd-lb", "--prefill", p.url,
+        "--bootstrap-port", str(p.bootstrap_port), "--decode", tb.cross_dc_decode,
+        "--port", str(port)], port)  # fmt: skip
+    group.wait_ready(lb, timeout=60, path="/v1/models")
+    targets = {"pdd": tb.routers["pdd"], "cross-dc": lb.url}
+    out = {}
+    for name, url in targets.items():
+        settle_and_flush(tb)
+        result_file = workdir / f"bench_serving_{name}.jsonl"
+        host, port_s = url.split("://", 1)[1].rsplit(":", 1)
+        cmd = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang",
+               "--host", host, "--port", port_s, "--model", model, "--tokenizer", model,
+               "--dataset-name", "generated-shared-prefix", "--gsp-num-groups", "4",
+               "--gsp-prompts-per-group", "4", "--gsp-system-prompt-len", "1500",
+               "--gsp-question-len", "64", "--gsp-output-len", "200",
+               "--num-prompts", "16", "--request-rate", str(args.bench_serving_rate),
+               "--seed", str(args.seed), "--output-file", str(result_file),
+               "--disable-tqdm"]  # fmt: skip
+        print(f"[bench_serving] {name}: {' '.join(cmd[1:])}", flush=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        if proc.returncode != 0 or not result_file.exists():
+            print(proc.stdout[-2000:], proc.stderr[-2000:])
+            out[name] = {"error": f"bench_serving exited {proc.returncode}"}
+            continue
+        row = json.loads(result_file.read_text().strip().splitlines()[-1])
+        out[name] = {
+            k: row.get(k)
+            for k in (
+                "completed",
+                "median_ttft_ms",
+                "p90_ttft_ms",
+                "p99_ttft_ms",
+                "median_itl_ms",
+                "p99_itl_ms",
+                "median_e2e_latency_ms",
+                "output_throughput",
+            )
+        }
+    return out
+
+
+def print_bench_serving(results: dict) -> None:
+    print("\nsglang.bench_serving --backend sglang (generated-shared-prefix), unmodified:")
+    for name, r in results.items():
+        if "error" in r:
+            print(f"  {name:<9} {r['error']}")
+            continue
+        print(f"  {name:<9} completed {r['completed']}, TTFT median "
+              f"{r['median_ttft_ms']:.0f} ms, p90 {r['p90_ttft_ms']:.0f} ms, p99 "
+              f"{r['p99_ttft_ms']:.0f} ms, ITL median {r['median_itl_ms']:.1f} ms, output "
+              f"{r['output_throughput']:.1f} tok/s")  # fmt: skip
+    a, b = results.get("pdd", {}), results.get("cross-dc", {})
+    if a.get("p90_ttft_ms") and b.get("p90_ttft_ms"):
+        print(f"  PDD / cross-DC PD: TTFT median {a['median_ttft_ms'] / b['median_ttft_ms']:.2f}x,"
+              f" p90 {a['p90_ttft_ms'] / b['p90_ttft_ms']:.2f}x")  # fmt: skip
+
+
 def build_sessions(args, sessions: int | None = None):
     if args.workload == "trace":
         return trace_sessions(TraceConfig(args.trace, args.trace_requests, args.trace_block_tokens,
@@ -202,6 +276,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ttft-slo-s", type=float, default=0.5)
     ap.add_argument("--handoff-mode", default="one-shot", choices=("one-shot", "catch-up", "auto"))
     ap.add_argument("--mains", type=int, default=1)
+    ap.add_argument(
+        "--no-pin-datacenters",
+        dest="pin_datacenters",
+        action="store_false",
+        help="do not pin datacenter A (P, RLD) and B (MD, cross-DC decode) to "
+        "separate halves of the cores",
+    )
     ap.add_argument("--max-total-tokens", type=int, default=65536)
     ap.add_argument(
         "--contenders",
@@ -213,8 +294,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--sweep-sessions", default="3,6,9")
     ap.add_argument("--sweep-wan-mbps", default="8,32")
-    ap.add_argument("--json", default="testbed.json")
-    ap.add_argument("--plot", default="testbed_ttft_cdf.png")
+    ap.add_argument(
+        "--bench-serving",
+        action="store_true",
+        help="also run python -m sglang.bench_serving against PDD and cross-DC PD",
+    )
+    ap.add_argument("--bench-serving-rate", type=float, default=1.0)
+    ap.add_argument("--json", default="out/testbed.json")
+    ap.add_argument("--plot", default="out/testbed_ttft_cdf.png")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
@@ -250,6 +337,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(line)
                 print(flush=True)
                 points.append(point)
+            if args.bench_serving and mbps == links[0]:
+                serving = run_bench_serving(group, tb, model, args, workdir)
+                print_bench_serving(serving)
+                points[0]["bench_serving"] = serving
     _write(points, args)
     return 0 if all(p["summaries"] and not any(s.errors for s in p["summaries"])
                     for p in points) else 1  # fmt: skip
@@ -275,9 +366,12 @@ def _row(result) -> dict:
 
 
 def _write(points: list[dict], args) -> None:
+    for path in (args.json, args.plot):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
     if args.json:
         data = [{"label": p["label"], "wan_mbps": p["wan_mbps"], "sessions": p["sessions"],
-                 "identical": p["identical"],
+                 "identical": p["identical"], "bench_serving": p.get("bench_serving"),
                  "summaries": [s.as_dict() for s in p["summaries"]],
                  "requests": {n: [_row(r) for r in rs] for n, rs in p["runs"].items()}}
                 for p in points]  # fmt: skip

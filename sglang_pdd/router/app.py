@@ -285,6 +285,7 @@ def build_app(state: RouterState) -> web.Application:
     app.router.add_get("/health_generate", health_generate)
     app.router.add_get("/get_model_info", model_info)
     app.router.add_get("/get_server_info", server_info)
+    app.router.add_get("/server_info", server_info)  # SGLang's newer name
     app.router.add_get("/metrics", metrics)
 
     async def on_startup(app):

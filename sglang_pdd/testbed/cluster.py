@@ -35,6 +35,8 @@ class PddClusterConfig:
     log_transfers: bool = True
     mains: int = 1  # Main-Decode servers in datacenter B
     kv_events: bool = True  # MDs publish SGLang KV events; the router's cache view follows them
+    # Cores of datacenter A (P, RLD) and datacenter B (MDs), e.g. ("0", "1"); empty: unpinned.
+    datacenter_cpus: tuple[str, str] = ("", "")
 
     def __post_init__(self) -> None:
         if self.mains < 1:
@@ -87,6 +89,7 @@ def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 60
     common = dict(model_path=cfg.model_path, dtype=cfg.dtype,
                   chunked_prefill_size=cfg.chunked_prefill_size,
                   max_total_tokens=cfg.max_total_tokens)  # fmt: skip
+    cpus_a, cpus_b = cfg.datacenter_cpus
     wan = ("--pdd-wan-bandwidth-mbps", str(cfg.wan.bandwidth_mbps),
            "--pdd-wan-delay-ms", str(cfg.wan.one_way_delay_ms),
            "--pdd-wan-jitter-ms", str(cfg.wan.jitter_ms))  # fmt: skip
@@ -102,11 +105,12 @@ def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 60
             extra += ("--kv-events-config", kv_events_config(events_port))
         specs.append(ServerSpec(f"main{i}" if i else "main", role="decode",
                                 env=(("SGLANG_HOST_IP", DATACENTER_B_HOST),), extra_args=extra,
-                                **common))  # fmt: skip
+                                cpus=cpus_b, **common))  # fmt: skip
         ports.append((control_port, events_port))
     prefill, relay, *mains = group.start(
-        ServerSpec("prefill", role="prefill", extra_args=prefill_args, **common),
-        ServerSpec("relay", role="decode", extra_args=("--pdd-role", "relay"), **common),
+        ServerSpec("prefill", role="prefill", extra_args=prefill_args, cpus=cpus_a, **common),
+        ServerSpec("relay", role="decode", extra_args=("--pdd-role", "relay"), cpus=cpus_a,
+                   **common),
         *specs,
         timeout=timeout,
     )  # fmt: skip
@@ -159,7 +163,8 @@ def add_main_decode(group: ServerGroup, cluster: PddCluster, name: str) -> MainD
     server, = group.start(ServerSpec(
         name, role="decode", model_path=cfg.model_path, dtype=cfg.dtype,
         chunked_prefill_size=cfg.chunked_prefill_size, max_total_tokens=cfg.max_total_tokens,
-        env=(("SGLANG_HOST_IP", DATACENTER_B_HOST),), extra_args=extra))  # fmt: skip
+        env=(("SGLANG_HOST_IP", DATACENTER_B_HOST),), extra_args=extra,
+        cpus=cfg.datacenter_cpus[1]))  # fmt: skip
     return _site(group, server, name, control_port, events_port if cfg.kv_events else None,
                  cfg.wan)  # fmt: skip
 
