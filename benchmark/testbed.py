@@ -69,13 +69,14 @@ def start_testbed(group: ServerGroup, model: str, link: WanLinkConfig, args) -> 
     cfg = PddClusterConfig(model_path=model, wan=link, ttft_slo_s=args.ttft_slo_s,
                            handoff_mode=args.handoff_mode, mains=args.mains,
                            max_total_tokens=args.max_total_tokens,
-                           datacenter_cpus=cpus)  # fmt: skip
+                           datacenter_cpus=cpus, incremental_streams=True)  # fmt: skip
     cluster = start_cluster(group, cfg)
     decode, = group.start(ServerSpec(
         "cross-dc-decode", model_path=model, role="decode", dtype=cfg.dtype,
         chunked_prefill_size=cfg.chunked_prefill_size, max_total_tokens=cfg.max_total_tokens,
         env=(("SGLANG_HOST_IP", DATACENTER_B_HOST),), cpus=cpus[1],
-        extra_args=("--disaggregation-decode-enable-radix-cache",)))  # fmt: skip
+        extra_args=("--disaggregation-decode-enable-radix-cache",
+                    "--incremental-streaming-output")))  # fmt: skip
     via_wan = start_wan_proxy(group, "cross-dc-wan-http", decode.port, link)
     routers = {"pdd": cluster.router_url}
     if "pdd-after-relay" in args.contenders:
@@ -89,10 +90,10 @@ def sender(tb: Testbed, name: str):
     p = tb.cluster.prefill
     if name == "same-dc":
         return lambda body: pd_generate(p.url, p.bootstrap_port, tb.cluster.relay.url, body,
-                                        stream=True)  # fmt: skip
+                                        stream=True, incremental=True)  # fmt: skip
     if name == "cross-dc":
         return lambda body: pd_generate(p.url, p.bootstrap_port, tb.cross_dc_decode, body,
-                                        stream=True)  # fmt: skip
+                                        stream=True, incremental=True)  # fmt: skip
     url = tb.routers[name]
     return lambda body: generate(url, body, stream=True)
 

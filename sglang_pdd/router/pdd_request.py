@@ -80,8 +80,9 @@ class PddRequestRun:
 
     def _stream_into_queue(self, url: str, body: dict) -> asyncio.Queue:
         queue: asyncio.Queue = asyncio.Queue()
+        incremental = self.router.incremental_streams.get(url, False)
         queue.task = self._spawn(
-            _pump(stream_sse(self.router.session, f"{url}/generate", body), queue)
+            _pump(stream_sse(self.router.session, f"{url}/generate", body, incremental), queue)
         )
         return queue
 

@@ -58,6 +58,7 @@ class RouterState:
         self.relay_loads: dict[str, float] = {}
         self._load_poller: asyncio.Task | None = None
         self.background: set = set()  # sub-requests outliving their client request
+        self.incremental_streams: dict[str, bool] = {}
         self._rr = {role: itertools.count() for role in ("prefill", "relay", "main")}
 
     async def start(self) -> None:
@@ -80,6 +81,10 @@ class RouterState:
         self.server_info = await self._get(f"{main0}/get_server_info")
         for site in self.mains.values():
             site.start()
+        # Decode servers that stream only new ids (--incremental-streaming-output).
+        for url in [*self.config.relay, *self.mains]:
+            info = await self._get(f"{url}/get_server_info")
+            self.incremental_streams[url] = bool(info.get("incremental_streaming_output"))
         from transformers import AutoTokenizer
 
         path = self.config.tokenizer_path or self.server_info.get("tokenizer_path") or (

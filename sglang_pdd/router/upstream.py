@@ -36,8 +36,14 @@ async def post_json(session: aiohttp.ClientSession, url: str, body: dict) -> dic
         return await resp.json(content_type=None)
 
 
-async def stream_sse(session: aiohttp.ClientSession, url: str, body: dict):
-    """POST with ``stream: true`` and yield each JSON chunk until ``[DONE]``."""
+async def stream_sse(session: aiohttp.ClientSession, url: str, body: dict,
+                     incremental: bool = False):  # fmt: skip
+    """POST with ``stream: true`` and yield each JSON chunk until ``[DONE]``.
+
+    Chunks always carry the cumulative ``output_ids`` (SGLang's default). ``incremental``: the
+    server runs with ``--incremental-streaming-output`` (each chunk carries only its new ids,
+    which keeps a long stream across a WAN linear in size); the ids are accumulated here."""
+    ids: list[int] = []
     async with session.post(url, json={**body, "stream": True}) as resp:
         if resp.status != 200:
             raise UpstreamError(resp.status, await _error_body(resp))
@@ -52,6 +58,12 @@ async def stream_sse(session: aiohttp.ClientSession, url: str, body: dict):
             if isinstance(chunk, dict) and "error" in chunk and "output_ids" not in chunk:
                 raise UpstreamError(chunk["error"].get("code", 500) if isinstance(
                     chunk["error"], dict) else 500, chunk)  # fmt: skip
+            if incremental and isinstance(chunk, dict) and "output_ids" in chunk:
+                reason = (chunk.get("meta_info") or {}).get("finish_reason") or {}
+                # SGLang's final chunk of an aborted incremental stream repeats the last id.
+                if not (isinstance(reason, dict) and reason.get("type") == "abort"):
+                    ids.extend(chunk["output_ids"])
+                chunk["output_ids"] = list(ids)
             yield chunk
 
 

@@ -44,8 +44,11 @@ def iter_sse(response: requests.Response):
         yield json.loads(data)
 
 
-def generate(url: str, body: dict, stream: bool = False, timeout: float = 600) -> GenerateResult:
-    """POST ``body`` to ``url/generate``; streaming collects every chunk."""
+def generate(url: str, body: dict, stream: bool = False, timeout: float = 600,
+             incremental: bool = False) -> GenerateResult:  # fmt: skip
+    """POST ``body`` to ``url/generate``; streaming collects every chunk. ``incremental``: the
+    server streams only new ids and text (``--incremental-streaming-output``); the result's
+    chunks and body are made cumulative, as SGLang's default stream is."""
     body = {**body, "stream": stream}
     start = time.monotonic()
     with requests.post(f"{url}/generate", json=body, stream=stream, timeout=timeout) as resp:
@@ -56,7 +59,13 @@ def generate(url: str, body: dict, stream: bool = False, timeout: float = 600) -
                 payload = {"raw": resp.text}
             return GenerateResult(resp.status_code, payload, latency_s=time.monotonic() - start)
         chunks, ttft, times = [], None, []
+        ids: list[int] = []
+        text = ""
         for chunk in iter_sse(resp):
+            if incremental:
+                ids.extend(chunk.get("output_ids") or ())
+                text += chunk.get("text") or ""
+                chunk = {**chunk, "output_ids": list(ids), "text": text}
             n = len(chunk.get("output_ids") or ())
             if n and (not times or n > times[-1][1]):
                 times.append((time.monotonic() - start, n))
@@ -75,6 +84,7 @@ def pd_generate(
     body: dict,
     stream: bool = False,
     bootstrap_host: str = "127.0.0.1",
+    incremental: bool = False,
 ) -> GenerateResult:
     """One request through SGLang's own prefill/decode disaggregation."""
     body = {
@@ -88,7 +98,7 @@ def pd_generate(
         target=lambda: prefill_result.append(generate(prefill_url, body)), daemon=True
     )
     thread.start()
-    result = generate(decode_url, body, stream=stream)
+    result = generate(decode_url, body, stream=stream, incremental=incremental)
     thread.join(timeout=600)
     if prefill_result and prefill_result[0].status != 200 and result.status == 200:
         return prefill_result[0]

@@ -37,6 +37,9 @@ class PddClusterConfig:
     kv_events: bool = True  # MDs publish SGLang KV events; the router's cache view follows them
     # Cores of datacenter A (P, RLD) and datacenter B (MDs), e.g. ("0", "1"); empty: unpinned.
     datacenter_cpus: tuple[str, str] = ("", "")
+    # Decode servers (RLD, MDs) stream only new ids (--incremental-streaming-output): a stream
+    # across the WAN then grows linearly with the output, not quadratically.
+    incremental_streams: bool = False
 
     def __post_init__(self) -> None:
         if self.mains < 1:
@@ -90,6 +93,7 @@ def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 60
                   chunked_prefill_size=cfg.chunked_prefill_size,
                   max_total_tokens=cfg.max_total_tokens)  # fmt: skip
     cpus_a, cpus_b = cfg.datacenter_cpus
+    streams = ("--incremental-streaming-output",) if cfg.incremental_streams else ()
     wan = ("--pdd-wan-bandwidth-mbps", str(cfg.wan.bandwidth_mbps),
            "--pdd-wan-delay-ms", str(cfg.wan.one_way_delay_ms),
            "--pdd-wan-jitter-ms", str(cfg.wan.jitter_ms))  # fmt: skip
@@ -100,7 +104,7 @@ def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 60
     for i in range(cfg.mains):
         control_port, events_port = free_port(), free_port()
         extra = ("--pdd-role", "main", "--pdd-control-port", str(control_port),
-                 "--disaggregation-decode-enable-radix-cache")  # fmt: skip
+                 "--disaggregation-decode-enable-radix-cache", *streams)  # fmt: skip
         if cfg.kv_events:
             extra += ("--kv-events-config", kv_events_config(events_port))
         specs.append(ServerSpec(f"main{i}" if i else "main", role="decode",
@@ -109,8 +113,8 @@ def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 60
         ports.append((control_port, events_port))
     prefill, relay, *mains = group.start(
         ServerSpec("prefill", role="prefill", extra_args=prefill_args, cpus=cpus_a, **common),
-        ServerSpec("relay", role="decode", extra_args=("--pdd-role", "relay"), cpus=cpus_a,
-                   **common),
+        ServerSpec("relay", role="decode", extra_args=("--pdd-role", "relay", *streams),
+                   cpus=cpus_a, **common),
         *specs,
         timeout=timeout,
     )  # fmt: skip
@@ -158,6 +162,8 @@ def add_main_decode(group: ServerGroup, cluster: PddCluster, name: str) -> MainD
     control_port, events_port = free_port(), free_port()
     extra = ("--pdd-role", "main", "--pdd-control-port", str(control_port),
              "--disaggregation-decode-enable-radix-cache")  # fmt: skip
+    if cfg.incremental_streams:
+        extra += ("--incremental-streaming-output",)
     if cfg.kv_events:
         extra += ("--kv-events-config", kv_events_config(events_port))
     server, = group.start(ServerSpec(

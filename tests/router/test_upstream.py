@@ -1,0 +1,53 @@
+"""``stream_sse`` over a real local HTTP server: cumulative and incremental SGLang streams."""
+
+import asyncio
+import json
+
+import aiohttp
+from aiohttp import web
+
+from sglang_pdd.router.upstream import stream_sse
+
+
+def _serve(chunks):
+    async def handler(request):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for chunk in chunks:
+            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/generate", handler)
+    return app
+
+
+def _collect(chunks, incremental):
+    async def run():
+        runner = web.AppRunner(_serve(chunks))
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        try:
+            async with aiohttp.ClientSession() as session:
+                url = f"http://127.0.0.1:{port}/generate"
+                return [c["output_ids"] async for c in stream_sse(session, url, {}, incremental)]
+        finally:
+            await runner.cleanup()
+
+    return asyncio.run(run())
+
+
+def test_incremental_chunks_become_cumulative():
+    chunks = [{"output_ids": [1], "meta_info": {}}, {"output_ids": [2, 3], "meta_info": {}},
+              {"output_ids": [4], "meta_info": {"finish_reason": {"type": "length"}}}]  # fmt: skip
+    assert _collect(chunks, incremental=True) == [[1], [1, 2, 3], [1, 2, 3, 4]]
+
+
+def test_cumulative_chunks_pass_through_and_abort_repeat_is_ignored():
+    assert _collect([{"output_ids": [1]}, {"output_ids": [1, 2]}], False) == [[1], [1, 2]]
+    aborted = [{"output_ids": [5], "meta_info": {}},
+               {"output_ids": [5], "meta_info": {"finish_reason": {"type": "abort"}}}]  # fmt: skip
+    assert _collect(aborted, incremental=True) == [[5], [5]]
