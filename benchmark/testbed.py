@@ -255,11 +255,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--model-path", default=None, help="default: a generated 2-layer model")
     ap.add_argument("--workload", choices=("agentic", "trace"), default="agentic")
-    ap.add_argument("--sessions", type=int, default=6)
+    ap.add_argument("--sessions", type=int, default=5)
     ap.add_argument("--turns", type=int, default=6)
     ap.add_argument("--context-tokens", type=int, default=1600)
-    ap.add_argument("--max-new-tokens", type=int, default=300)
-    ap.add_argument("--turn-interval-s", type=float, default=8.0)
+    ap.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=600,
+        help="mean output length (each turn draws within +-25%%)",
+    )
+    ap.add_argument("--turn-interval-s", type=float, default=10.0)
     ap.add_argument(
         "--trace",
         default=str(
@@ -293,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--sweep", action="store_true", help="repeat over --sweep-sessions x --sweep-wan-mbps"
     )
-    ap.add_argument("--sweep-sessions", default="3,6,9")
+    ap.add_argument("--sweep-sessions", default="3,5,7")
     ap.add_argument("--sweep-wan-mbps", default="8,32")
     ap.add_argument(
         "--bench-serving",

@@ -34,6 +34,9 @@ class ContenderSummary:
     wan_bytes: int | None
     duplicate_transfers: int | None  # PDD only
     pipelines: dict | None = None  # PDD only: requests per pipeline
+    main_ready_p50: float | None = None  # PDD only: arrival to MD's KV in place (s)
+    main_ready_p90: float | None = None
+    handoff_stall_p50: float | None = None  # PDD only: RLD's last token to MD's first (s)
 
     @property
     def relay_share(self) -> float | None:
@@ -65,6 +68,9 @@ def summarize(name: str, results: list[RequestResult], wan_bytes: int | None = N
         late_sends=sum(1 for r in results if r.late_s > 0.05),
         output_tokens=sum(len(r.output_ids) for r in ok), relay_tokens=relay,
         wan_bytes=wan_bytes, duplicate_transfers=duplicate_transfers, pipelines=pipelines,
+        main_ready_p50=pct([rec.get("main_ready_s") for rec in records], 50),
+        main_ready_p90=pct([rec.get("main_ready_s") for rec in records], 90),
+        handoff_stall_p50=pct([rec.get("handoff_stall_s") for rec in records], 50),
     )  # fmt: skip
 
 
@@ -96,6 +102,11 @@ def table(summaries: list[ContenderSummary], baseline: str | None = None) -> str
             f"{'-' if s.duplicate_transfers is None else s.duplicate_transfers:>3} "
             f"{s.late_sends:>4}"
         )  # fmt: skip
+    for s in summaries:
+        if s.pipelines:
+            lines.append(f"{s.name}: pipelines {s.pipelines}; MD ready p50 {_f(s.main_ready_p50)}s "
+                         f"p90 {_f(s.main_ready_p90)}s; handoff stall p50 "
+                         f"{_f(s.handoff_stall_p50, 1000, 0)}ms")  # fmt: skip
     if base is not None:
         lines.append("")
         for s in summaries:

@@ -61,6 +61,9 @@ class AgenticConfig:
     turn_interval_s: float = 8.0
     stagger_s: float = 1.5
     seed: int = 0
+    # A session ends before a turn whose prompt plus output would exceed this (the model's
+    # context length): its history grows by every turn's new ids and output.
+    max_context_tokens: int = 8000
 
     def __post_init__(self) -> None:
         for name in ("sessions", "turns", "output_tokens"):
@@ -85,19 +88,28 @@ def agentic_sessions(cfg: AgenticConfig) -> tuple[Session, ...]:
     for sid in range(cfg.sessions):
         start = sid * cfg.stagger_s
         turns = [Turn(start, system + _tokens(rng, cfg.context_tokens), _output(rng, cfg))]
+        history = len(turns[0].new_ids) + turns[0].max_new_tokens
         for k in range(1, cfg.turns):
             at = start + k * cfg.turn_interval_s
             roll = rng.random()
             if roll < cfg.cold_fraction:
-                turns.append(Turn(at, _tokens(rng, cfg.cold_tokens), _output(rng, cfg), "cold"))
+                turn = Turn(at, _tokens(rng, cfg.cold_tokens), _output(rng, cfg), "cold")
             elif roll < cfg.cold_fraction + cfg.tool_fraction:
-                turns.append(Turn(at, _tokens(rng, cfg.tool_tokens), _output(rng, cfg), "tool"))
+                turn = Turn(at, _tokens(rng, cfg.tool_tokens), _output(rng, cfg), "tool")
             else:
-                turns.append(Turn(at, _tokens(rng, cfg.user_tokens), _output(rng, cfg)))
+                turn = Turn(at, _tokens(rng, cfg.user_tokens), _output(rng, cfg))
+            side = None
             if rng.random() < cfg.side_call_fraction:
-                side_at = at + cfg.turn_interval_s / 2
-                turns.append(Turn(side_at, _tokens(rng, cfg.user_tokens),
-                                  cfg.side_call_output_tokens, "side"))  # fmt: skip
+                side = Turn(at + cfg.turn_interval_s / 2, _tokens(rng, cfg.user_tokens),
+                            cfg.side_call_output_tokens, "side")  # fmt: skip
+            history += len(turn.new_ids) + turn.max_new_tokens
+            if history > cfg.max_context_tokens:
+                break
+            turns.append(turn)
+            if side is not None and history + len(side.new_ids) + side.max_new_tokens <= (
+                cfg.max_context_tokens
+            ):
+                turns.append(side)
         sessions.append(Session(sid, tuple(turns)))
     return tuple(sessions)
 

@@ -57,6 +57,19 @@ def test_concurrent_sessions_match_colocated_without_duplicate_transfers(pdd_clu
     assert after["duplicate_transfers"] == before["duplicate_transfers"]
     assert after["transfer_waits"] > before["transfer_waits"]
     assert after["link_queued_bytes"] == 0 and after["deferred_warms"] == 0
+    metrics = requests.get(f"{router}/metrics", timeout=30).text
+    for name in (
+        "sglang_pdd:requests_total{",
+        "sglang_pdd:time_to_first_token_seconds_bucket",
+        "sglang_pdd:output_tokens_total{",
+        "sglang_pdd:link_queued_bytes{",
+        "sglang_pdd:handoff_stall_seconds_count",
+        "sglang_pdd:wan_bytes_total",
+    ):
+        assert name in metrics, name
+    dup = [line for line in metrics.splitlines()
+           if line.startswith("sglang_pdd:duplicate_transfers_total{")]  # fmt: skip
+    assert dup and all(line.endswith(" 0.0") for line in dup), dup
 
 
 def test_cache_view_follows_main_decode_kv_events(pdd_cluster):

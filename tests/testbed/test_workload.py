@@ -52,3 +52,15 @@ def test_trace_blocks_map_to_equal_token_prefixes(tmp_path):
 def test_missing_trace_is_refused():
     with pytest.raises(ValueError, match="--trace"):
         TraceConfig("/nonexistent/trace.jsonl")
+
+
+def test_sessions_stay_within_the_context_length():
+    cfg = AgenticConfig(sessions=4, turns=20, context_tokens=1500, output_tokens=600,
+                        max_context_tokens=4000, seed=2)  # fmt: skip
+    for s in agentic_sessions(cfg):
+        history = 0
+        for t in s.turns:
+            prompt = history + len(t.new_ids)
+            assert prompt + t.max_new_tokens <= 4000
+            if t.kind != "side":
+                history = prompt + t.max_new_tokens
