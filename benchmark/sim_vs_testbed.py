@@ -80,6 +80,9 @@ def testbed_sessions(args: dict, point: dict):
 def rebuild(rows: list[dict], sessions) -> list[tuple[dict, list[int]]]:
     """(row, prompt ids) of each successful request, in send order; checks prompt lengths."""
     prompts = cal.testbed_prompts(sessions, {(r["sid"], r["turn"]): r["output_ids"] for r in rows})
+    if missing := sorted({(r["sid"], r["turn"]) for r in rows} - set(prompts)):
+        raise ValueError(f"--testbed-json: (session, turn) {missing[:3]} not in the workload its "
+                         "flags generate now (was it written by another version?)")  # fmt: skip
     out = []
     for r in rows:
         prompt = prompts[(r["sid"], r["turn"])]
@@ -197,7 +200,7 @@ def print_table(results: list[dict]) -> None:
               f"{100 * b['error']:>+5.0f}%   {'yes' if _meets(r) else 'no':>10}")  # fmt: skip
 
 
-def report(point: dict, calib: cal.Calibration, wan, measured_link, results) -> None:
+def report(point: dict, calib: cal.Calibration, wan, slo_s: float, measured_link, results) -> None:
     """Print the calibration, the table and the diagnostics."""
     d, p = calib.decode, calib.prefill
     print(f"testbed: {point['label']}; {sum(r['requests'] for r in results)} requests simulated")
@@ -207,7 +210,7 @@ def report(point: dict, calib: cal.Calibration, wan, measured_link, results) -> 
           f"{1e9 * p.per_token_context_s:.2f} ns per (token x context token) "
           f"(rmse {1e3 * p.rmse_s:.0f} ms)")  # fmt: skip
     print(f"WAN (the emulated link's settings): {wan.bandwidth_gbps * 1e3:g} Mbit/s, "
-          f"RTT {wan.rtt_s * 1e3:g} ms\n")  # fmt: skip
+          f"RTT {wan.rtt_s * 1e3:g} ms; PDD's TTFT SLO {slo_s:g} s\n")  # fmt: skip
     print_table(results)
     met = [r["name"] for r in results if _meets(r)]
     print(
@@ -310,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     if others := sorted(set(runs) - set(SIMULATED)):
         print(f"(not simulated: {', '.join(others)})")
     measured_link = link_from_records(runs["pdd"]) if "pdd" in runs else None
-    report(point, calib, wan, measured_link, results)
+    report(point, calib, wan, args["ttft_slo_s"], measured_link, results)
     what_if = None
     if measured_link is not None and "pdd" in runs:
         # Not the prediction: the same replay with the transfer start-up PDD's records show.

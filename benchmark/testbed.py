@@ -95,7 +95,7 @@ def sender(tb: Testbed, name: str):
         return lambda body: pd_generate(p.url, p.bootstrap_port, tb.cross_dc_decode, body,
                                         stream=True, incremental=True)  # fmt: skip
     url = tb.routers[name]
-    return lambda body: generate(url, body, stream=True)
+    return lambda body: generate(url, body, stream=True, incremental=True)
 
 
 def settle_and_flush(tb: Testbed, timeout: float = 300) -> None:

@@ -17,10 +17,11 @@ RECORD = PatchRecord(
         "queue: insert each newly landed prompt's KV into the radix tree (SGLang would only at "
         "the request's end; concurrent requests sharing the prefix, and the KV events the "
         "router follows, then see it), move relayed ones (rid suffix .pdd-relayed) into the "
-        "parked set and announce them on the control socket, read control messages, end parked requests that finished "
-        "on Relay-Decode (SGLang's abort caches their KV), and run one extend batch for all "
-        "parked requests whose handoff arrived (sglang_pdd.main_decode.extend). With only "
-        "parked work pending, wait on the control socket briefly instead of spinning."
+        "parked set and announce them on the control socket, read control messages, end "
+        "parked requests that finished on Relay-Decode (SGLang's abort caches their KV), "
+        "and run one extend batch for all parked requests whose handoff arrived "
+        "(sglang_pdd.main_decode.extend). With only parked work pending, wait on the control "
+        "socket briefly instead of spinning."
     ),
     remove_when="SGLang's decode scheduler supports held requests resumed by an extend.",
 )

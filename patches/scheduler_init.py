@@ -44,7 +44,8 @@ def hook(original, self, server_args, *args, **kwargs):
     if config.role == "main":
         from sglang_pdd.main_decode.state import MainDecodeState
 
-        self._pdd_main = MainDecodeState(config.control_port)
+        vocab = getattr(getattr(self, "model_config", None), "vocab_size", None)
+        self._pdd_main = MainDecodeState(config.control_port, vocab_size=vocab)
     logger.warning(
         "%s pid=%d role=%s cpu_kernel_standin=%s targets=%s",
         MARKER,

@@ -21,25 +21,40 @@ from __future__ import annotations
 import json
 
 OPS = ("watch", "handoff", "release")
+MAX_MESSAGE_BYTES = 16 << 20  # a handoff of a million ids fits; anything larger is refused
+MAX_RID_CHARS = 512
 
 
 def encode(message: dict) -> bytes:
     return json.dumps(message, separators=(",", ":")).encode()
 
 
-def decode(payload: bytes) -> dict:
-    """Parse a control message; raise ValueError for anything malformed."""
+def decode(payload: bytes, vocab_size: int | None = None) -> dict:
+    """Parse a control message; raise ValueError for anything malformed.
+
+    ``vocab_size``: when given, handed-off token ids must lie in ``[0, vocab_size)`` (an id
+    outside the embedding would crash the model's forward)."""
+    if len(payload) > MAX_MESSAGE_BYTES:
+        raise ValueError(f"control message of {len(payload)} bytes exceeds {MAX_MESSAGE_BYTES}")
     try:
         message = json.loads(payload)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"control message is not JSON: {exc}") from exc
     if not isinstance(message, dict) or not isinstance(message.get("rid"), str):
         raise ValueError("control message needs a string 'rid'")
+    if not message["rid"] or len(message["rid"]) > MAX_RID_CHARS:
+        raise ValueError(f"'rid' must have 1..{MAX_RID_CHARS} characters")
     if "op" in message:
         if message["op"] not in OPS:
             raise ValueError(f"unknown op {message['op']!r}; accepted: {', '.join(OPS)}")
         if message["op"] == "handoff":
             ids = message.get("token_ids")
-            if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
+            if not isinstance(ids, list) or not all(
+                isinstance(t, int) and not isinstance(t, bool) for t in ids
+            ):
                 raise ValueError("handoff needs 'token_ids', a list of ints")
+            if vocab_size is not None and any(not 0 <= t < vocab_size for t in ids):
+                raise ValueError(f"handoff 'token_ids' must lie in [0, {vocab_size})")
+            if not isinstance(message.get("final", True), bool):
+                raise ValueError("handoff 'final' must be true or false")
     return message

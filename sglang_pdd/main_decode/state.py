@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from array import array
@@ -16,10 +17,14 @@ logger = logging.getLogger("sglang_pdd")
 class MainDecodeState:
     """Lives on the scheduler (``scheduler._pdd_main``); driven once per scheduler iteration."""
 
-    def __init__(self, control_port: int, host: str = "0.0.0.0") -> None:
+    def __init__(self, control_port: int, host: str = "0.0.0.0",
+                 vocab_size: int | None = None) -> None:  # fmt: skip
+        self.vocab_size = vocab_size
         self._ctx = zmq.Context.instance()
         self.socket = self._ctx.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
+        # A peer sending more than this is disconnected by ZeroMQ before MD reads anything.
+        self.socket.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_MESSAGE_BYTES)
         self.socket.bind(f"tcp://{host}:{control_port}")
         self.parked: dict[str, object] = {}  # rid -> Req with its prompt KV in place
         self.parked_at: dict[str, float] = {}
@@ -41,13 +46,24 @@ class MainDecodeState:
             return
         while True:
             try:
-                identity, payload = self.socket.recv_multipart(zmq.NOBLOCK)
+                frames = self.socket.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
+            if len(frames) != 2:  # ROUTER prepends the peer's identity to its one frame
+                logger.warning("sglang-pdd: control message with %d frames dropped", len(frames))
+                continue
+            identity, payload = frames
             try:
-                message = protocol.decode(payload)
+                message = protocol.decode(payload, self.vocab_size)
             except ValueError as exc:
                 logger.warning("sglang-pdd: bad control message dropped: %s", exc)
+                rid = _rid_of(payload)
+                if rid is not None:  # tell the sender, so that its request does not hang
+                    self.socket.send_multipart([identity, protocol.encode(
+                        {"event": "error", "rid": rid, "message": f"refused: {exc}"})])  # fmt: skip
+                continue
+            if "op" not in message:
+                logger.warning("sglang-pdd: control message without 'op' dropped")
                 continue
             rid = message["rid"]
             if message["op"] == "watch":
@@ -140,6 +156,15 @@ class MainDecodeState:
         self._send(rid, {"event": "extended", "t": time.time(), "tokens": tokens, "final": final})
         if final:
             self.watchers.pop(rid, None)
+
+
+def _rid_of(payload: bytes) -> str | None:
+    """The rid of a refused message, when it has a usable one."""
+    try:
+        rid = json.loads(payload).get("rid")
+    except (ValueError, AttributeError, TypeError):
+        return None
+    return rid if isinstance(rid, str) and 0 < len(rid) <= protocol.MAX_RID_CHARS else None
 
 
 def publish_prompt(scheduler, req) -> None:

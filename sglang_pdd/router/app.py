@@ -126,21 +126,20 @@ async def generate(request: web.Request) -> web.StreamResponse:
     events = run.events()
     first = await anext(events)  # errors before the first token still get an HTTP status
     await resp.prepare(request)
+    incremental = state.config.incremental_streaming_output
     try:
         async for event in _chain(first, events):
             if isinstance(event, TokenDelta):
-                run.text.add(event.token_ids)
-                reason = None
+                delta = run.text.add(event.token_ids)
+                reason, new_ids = None, event.token_ids
             else:
-                reason = event.finish_reason
-            await _sse(
-                resp,
-                {
-                    "text": run.text.sent if reason is None else run.text.full(),
-                    "output_ids": list(run.text.ids),
-                    "meta_info": run.meta(reason),
-                },
-            )
+                reason, delta, new_ids = event.finish_reason, run.tail, []
+            if incremental:  # like SGLang's --incremental-streaming-output: only what is new
+                chunk = {"text": delta, "output_ids": list(new_ids)}
+            else:
+                chunk = {"text": run.text.sent if reason is None else run.text.full(),
+                         "output_ids": list(run.text.ids)}  # fmt: skip
+            await _sse(resp, {**chunk, "meta_info": run.meta(reason)})
         await _sse(resp, "[DONE]")
     except _DISCONNECTED:
         await events.aclose()

@@ -96,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="P-RLD-MD: request Main-Decode's KV from P together with Relay-Decode's (P holds "
         "it until the prefill ends; needs sglang-pdd on P) or only after P answered RLD's",
     )
+    p.add_argument(
+        "--incremental-streaming-output",
+        action="store_true",
+        help="/generate streams send only the new output ids and text in each chunk, as "
+        "SGLang's flag of the same name (default: cumulative, as SGLang's default)",
+    )
     p.add_argument("--log-level", default="info")
     return p
 
@@ -147,6 +153,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         wan_bandwidth_mbps=args.wan_bandwidth_mbps, wan_rtt_ms=args.wan_rtt_ms,
         tokenizer_path=args.tokenizer_path, upstream_keepalive_s=args.upstream_keepalive_s,
         main_transfer_start=args.main_transfer_start,
+        incremental_streaming_output=args.incremental_streaming_output,
     )  # fmt: skip
 
 

@@ -45,6 +45,8 @@ class RouterConfig:
     # "after-relay": once P answered Relay-Decode's request (the earlier behaviour, for
     # comparison and for prefill servers without sglang-pdd's hold hook).
     main_transfer_start: str = "with-prefill"
+    # /generate streams carry only new ids and text per chunk (SGLang's flag of the same name).
+    incremental_streaming_output: bool = False
 
     def __post_init__(self) -> None:
         if not self.prefill:

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+# Ids decoded again before a streamed window, for merges and spacing across its boundary.
+_CONTEXT_IDS = 4
+
 
 class StreamingText:
     """Decode a growing list of ids; ``add()`` returns only text that is final.
+
+    Streaming decodes a window, not the whole output: the ids since the last emitted piece plus
+    a few before it (so that a tokenizer's merges and spacing across the boundary come out as in
+    a full decode); a window that ends inside a multi-byte character waits for more ids. Each
+    step thus costs a few tokens, not the output so far.
 
     At the end, ``finish()`` trims a matched stop string or stop token the way SGLang's
     detokenizer does (unless ``no_stop_trim``), so the text equals a plain server's; the
@@ -19,6 +27,8 @@ class StreamingText:
         self.ids: list[int] = []
         self.sent = ""
         self._final: str | None = None
+        self._prefix = 0  # window start: ids before it are behind the emitted text
+        self._read = 0  # ids up to here have been emitted
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
@@ -29,11 +39,13 @@ class StreamingText:
     def add(self, token_ids: list[int]) -> str:
         """Append ids; return the new final text (held back while a character is incomplete)."""
         self.ids.extend(token_ids)
-        text = self.full()
-        if text.endswith("\ufffd"):
+        before = self._decode(self.ids[self._prefix : self._read])
+        window = self._decode(self.ids[self._prefix :])
+        if window.endswith("\ufffd") or not window.startswith(before):
             return ""
-        delta = text[len(self.sent) :] if text.startswith(self.sent) else text
-        self.sent = text
+        delta = window[len(before) :]
+        self._prefix, self._read = max(self._read - _CONTEXT_IDS, 0), len(self.ids)
+        self.sent += delta
         return delta
 
     def finish(self, finish_reason: dict | None) -> str:

@@ -37,8 +37,9 @@ class PddClusterConfig:
     kv_events: bool = True  # MDs publish SGLang KV events; the router's cache view follows them
     # Cores of datacenter A (P, RLD) and datacenter B (MDs), e.g. ("0", "1"); empty: unpinned.
     datacenter_cpus: tuple[str, str] = ("", "")
-    # Decode servers (RLD, MDs) stream only new ids (--incremental-streaming-output): a stream
-    # across the WAN then grows linearly with the output, not quadratically.
+    # Decode servers (RLD, MDs) and the router stream only new ids and text
+    # (--incremental-streaming-output): a stream across the WAN then grows linearly with the
+    # output, not quadratically, and clients parse only what is new.
     incremental_streams: bool = False
 
     def __post_init__(self) -> None:
@@ -201,6 +202,7 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
             "catchup_chunk": cfg.catchup_chunk, "ttft_slo_s": cfg.ttft_slo_s,
             "upstream_keepalive_s": 2.0, "auto_relay_busy_fraction": 0.8,
             "main_transfer_start": "with-prefill",
+            "incremental_streaming_output": cfg.incremental_streams,
             **overrides}  # fmt: skip
     port = free_port()
     router = group.launch_command(name, _cli(
@@ -213,6 +215,7 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
         "--upstream-keepalive-s", str(opts["upstream_keepalive_s"]),
         "--auto-relay-busy-fraction", str(opts["auto_relay_busy_fraction"]),
         "--main-transfer-start", opts["main_transfer_start"],
+        *(("--incremental-streaming-output",) if opts["incremental_streaming_output"] else ()),
         "--wan-bandwidth-mbps", str(cfg.wan.bandwidth_mbps),
         "--wan-rtt-ms", str(2 * cfg.wan.one_way_delay_ms)), port)  # fmt: skip
     # /get_model_info answers once the router has connected to every instance; its /health

@@ -131,3 +131,24 @@ def test_two_main_decodes_split_sessions_and_keep_affinity(two_mains_router, col
             assert got.output_ids == generate(colocated.url, _greedy(history, 24)).output_ids
             history += got.output_ids
             wait_router_settled(router)
+
+
+def test_incremental_router_stream_adds_up_to_the_plain_answer(server_group, pdd_cluster,
+                                                               colocated):  # fmt: skip
+    """With --incremental-streaming-output each chunk carries only new ids and text; they add
+    up to the co-located server's output and to the router's own non-streamed text."""
+    from sglang_pdd.testbed.cluster import start_router
+
+    router = start_router(server_group, pdd_cluster, name="router-incremental",
+                          incremental_streaming_output=True).url  # fmt: skip
+    rng = random.Random(44)
+    ids = [rng.randrange(10, 250) for _ in range(600)]
+    streamed = generate(router, _greedy(ids, 120), stream=True, incremental=True)
+    plain = generate(router, _greedy(ids, 120))
+    assert streamed.status == 200 and plain.status == 200
+    assert streamed.output_ids == plain.output_ids == generate(
+        colocated.url, _greedy(ids, 120)).output_ids  # fmt: skip
+    assert streamed.body["text"] == plain.body["text"]
+    # The client made the chunks cumulative; the router sent each id exactly once.
+    assert len(streamed.token_times) >= 2 and streamed.token_times[-1][1] == 120
+    wait_router_settled(router)

@@ -51,3 +51,28 @@ def test_special_tokens_kept_when_asked():
     text.add([*_ids("ok"), EOS])
     text.finish({"type": "length", "length": 3})
     assert text.full() == "ok\x00"
+
+
+def test_streaming_decodes_a_window_not_the_whole_output():
+    class CountingTokenizer(CharTokenizer):
+        decoded = 0
+
+        def decode(self, ids, skip_special_tokens=True):
+            CountingTokenizer.decoded += len(ids)
+            return super().decode(ids, skip_special_tokens)
+
+    text = StreamingText(CountingTokenizer())
+    out = "".join(text.add([ord("a") + i % 26]) for i in range(2000))
+    assert out == text.full()[:2000] and len(out) == 2000
+    assert CountingTokenizer.decoded < 2000 * 20  # linear, not 2000 * 1000
+
+
+def test_multibyte_characters_wait_for_their_last_byte():
+    class ByteTokenizer:
+        def decode(self, ids, skip_special_tokens=True):
+            return bytes(ids).decode("utf-8", errors="replace")
+
+    text = StreamingText(ByteTokenizer())
+    euro = list("€".encode())
+    assert text.add(euro[:1]) == "" and text.add(euro[1:2]) == ""
+    assert text.add(euro[2:]) == "€" and text.add(list(b"x")) == "x"
