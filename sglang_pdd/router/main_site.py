@@ -112,4 +112,5 @@ class MainSite:
             "warms_dropped": t.stats.warms_dropped,
             "transfers_landed": t.stats.landed,
             "kv_event_batches": self.subscriber.batches if self.subscriber else None,
+            "cache_view_tokens": self.view_tokens(),
         }
