@@ -17,8 +17,8 @@ class RecordingPolicy(policy.PipelinePolicy):
         super().__init__(policy.PipelinePolicyConfig(ttft_slo_s=0.0))
         self.calls = []
 
-    def decide(self, facts, link, relay_load=0.0):
-        decision = super().decide(facts, link, relay_load)
+    def decide(self, facts, link, relay_load=0.0, *, prefill_s=0.0):
+        decision = super().decide(facts, link, relay_load, prefill_s=prefill_s)
         self.calls.append((facts, decision))
         return decision
 
