@@ -98,6 +98,11 @@ def _write_tokenizer(cfg: TinyModelConfig, out: Path) -> None:
         show_progress=False,
     )
     tok.train_from_iterator(_corpus(cfg.seed), trainer=trainer)
+    if (got := tok.get_vocab_size()) != cfg.vocab:
+        # The corpus is a small word list: BPE runs out of merges before a large vocabulary.
+        raise ValueError(f"--vocab {cfg.vocab}: the generated tokenizer's corpus yields {got} "
+                         f"tokens (256 bytes, {len(SPECIAL_TOKENS)} specials and every merge of "
+                         f"its word list); ask for --vocab {got} or less")  # fmt: skip
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token="<|bos|>",
@@ -181,6 +186,9 @@ def main(argv: list[str]) -> int:
         )  # fmt: skip
     except ValueError as exc:
         parser.error(str(exc))
-    path = write_tiny_model(args.out, cfg)
+    try:
+        path = write_tiny_model(args.out, cfg)
+    except ValueError as exc:
+        parser.error(str(exc))
     print(f"wrote {path} ({cfg.kv_bytes_per_token()} KV bytes/token in bf16)")
     return 0

@@ -46,3 +46,12 @@ def test_shape_flags_set_kv_bytes_and_chat_template(tmp_path):
 def test_bad_shapes_name_the_flag(kwargs, flag):
     with pytest.raises(ValueError, match=flag):
         TinyModelConfig(**kwargs)
+
+
+def test_vocabulary_is_the_size_asked_or_refused(tmp_path):
+    from transformers import AutoTokenizer
+
+    write_tiny_model(tmp_path / "ok", TinyModelConfig(vocab=400))
+    assert len(AutoTokenizer.from_pretrained(tmp_path / "ok")) == 400
+    with pytest.raises(ValueError, match=r"--vocab 1024: .* yields \d+ tokens"):
+        write_tiny_model(tmp_path / "big", TinyModelConfig(vocab=1024))
