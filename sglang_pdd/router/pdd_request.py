@@ -28,6 +28,9 @@ from sglang_pdd.router.upstream import UpstreamError, abort, post_json, stream_s
 
 logger = logging.getLogger("sglang_pdd.router")
 _END = object()
+# How long a request waits for a transfer of its prefix already on MD's link before sending
+# its own (a transfer that never lands must not hold every later request of its prefix).
+DEPENDENCY_TIMEOUT_S = 60
 
 
 async def _pump(stream, queue: asyncio.Queue) -> None:
@@ -160,7 +163,14 @@ class PddRequestRun:
                 started = self._since()
                 self.site.transfers.stats.waited += 1
             self.site.transfers.promote(dep)  # a deferred warm we need goes now
-            await dep.off_link.wait()
+            try:
+                await asyncio.wait_for(dep.off_link.wait(), DEPENDENCY_TIMEOUT_S)
+            except TimeoutError:
+                # MD never reported that KV: stop waiting and send this prompt's own.
+                logger.warning("sglang-pdd router: %s: transfer %s did not land in %ds; "
+                               "sending this request's KV anyway", self.rid, dep.rid,
+                               DEPENDENCY_TIMEOUT_S)  # fmt: skip
+                self.site.transfers.drop(dep)
 
     def _hashes(self) -> list[int]:
         if self.main_plan is not None:
@@ -234,6 +244,8 @@ class PddRequestRun:
             result = await until
         finally:
             self.router.control_for(self.main).forget(main_rid)
+            if self._transfer is not None:  # never landed (MD failed): free its waiters
+                self.site.transfers.drop(self._transfer)
         ready = _take_ready(events)
         if ready is not None and self.record.main_ready_s is None:
             late = {"wan_bytes": int(ready.get("kv_bytes", 0)),
@@ -279,7 +291,6 @@ class PddRequestRun:
             if isinstance(result, BaseException):
                 logger.warning("sglang-pdd router: %s: warming Main-Decode failed: %s",
                                self.rid, result)  # fmt: skip
-        self.site.transfers.drop(transfer)  # no-op once landed; frees waiters if it failed
 
     async def _main_gate(self, prefill1: asyncio.Task, main_rid: str):
         """Room 2 may go once P's KV for room 1 is out (room 2 is then a radix hit on P) and no
