@@ -1,0 +1,59 @@
+"""``RouterState.plan``: which P, RLD and MD a request goes to (no servers: pure state)."""
+
+import asyncio
+
+import pytest
+
+from sglang_pdd.policy import PipelinePolicyConfig
+from sglang_pdd.router.config import MainEndpoint, RouterConfig
+from sglang_pdd.router.state import RouterState
+
+P = ("http://p0:1", "http://p1:1")
+RLD = ("http://r0:1", "http://r1:1")
+MD = (MainEndpoint("http://m0:1", "tcp://127.0.0.1:1"),
+      MainEndpoint("http://m1:1", "tcp://127.0.0.1:2"))  # fmt: skip
+
+
+@pytest.fixture
+def state():
+    async def build():  # zmq.asyncio sockets want a running loop
+        s = RouterState(RouterConfig(prefill=P, relay=RLD, main=MD,
+                                     pipeline=PipelinePolicyConfig(ttft_slo_s=0.5),
+                                     wan_bandwidth_mbps=8.0))  # fmt: skip
+        s.kv_bytes_per_token = 512
+        return s
+
+    return asyncio.run(build())
+
+
+def test_md_with_the_prompt_cached_wins_then_the_least_busy(state):
+    ids = list(range(1000))
+    state.mains["http://m1:1"].confirm_cached(ids)
+    decision, (_, _, main), plan = state.plan(ids + [7] * 20, 64)
+    assert main.url == "http://m1:1" and plan.cached_tokens >= 992
+    # A cold prompt: both MDs would be equally late; the one serving fewer requests wins.
+    state.mains["http://m0:1"].active = 3
+    _, (_, _, main), _ = state.plan([5] * 800, 64)
+    assert main.url == "http://m1:1"
+    state.mains["http://m0:1"].active, state.mains["http://m1:1"].active = 0, 2
+    _, (_, _, main), _ = state.plan([6] * 800, 64)
+    assert main.url == "http://m0:1"
+
+
+def test_prefill_by_prefix_hit_then_load_and_relay_by_load(state):
+    ids = list(range(500))
+    _, (first_p, _, _), _ = state.plan(ids, 64)
+    state.prefill_active[first_p] = 5  # busy, but it holds the prefix
+    _, (p, _, _), _ = state.plan(ids + [1, 2, 3], 64)
+    assert p == first_p
+    other = next(u for u in P if u != first_p)
+    _, (p, _, _), _ = state.plan([9] * 300, 64)
+    assert p == other  # nothing cached anywhere: the idle one
+    state.relay_loads.update({RLD[0]: 0.9, RLD[1]: 0.1})
+    assert {state.plan([8] * 100, 64)[1][1] for _ in range(4)} == {RLD[1]}
+
+
+def test_decision_reason_names_the_estimates(state):
+    decision, _, _ = state.plan(list(range(3000)), 64)
+    assert decision.pipeline == "P-RLD-MD" and decision.rule == "over_slo"
+    assert "1536 kB" in decision.reason and "SLO 0.5s" in decision.reason
