@@ -20,7 +20,9 @@ OPENAI_FIELDS = frozenset({
 })  # fmt: skip
 
 # Values that mean the feature is off, per field (besides None / False / empty).
-_OFF_VALUES = {"n": (1,), "best_of": (1,), "top_logprobs_num": (0,), "logprobs": (0,)}
+_OFF_VALUES = {"n": (1,), "best_of": (1,), "top_logprobs_num": (0,), "logprobs": (0,),
+               # SGLang's default, which python -m sglang.bench_serving sends with every request
+               "logprob_start_len": (-1,)}  # fmt: skip
 
 
 def _is_off(name: str, value) -> bool:

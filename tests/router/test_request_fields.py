@@ -28,3 +28,13 @@ def test_openai_fields():
 def test_message_names_the_fields():
     message = unsupported_message(["return_logprob", "n"])
     assert message == "not supported by the sglang-pdd router: return_logprob, n"
+
+
+def test_bench_serving_default_body_is_accepted():
+    body = {"text": "hi", "sampling_params": {"max_new_tokens": 4}, "stream": True,
+            "lora_path": None, "return_logprob": False, "return_routed_experts": False,
+            "logprob_start_len": -1}  # fmt: skip
+    assert unsupported_fields(body, GENERATE_FIELDS) == []
+    assert unsupported_fields({**body, "logprob_start_len": 3}, GENERATE_FIELDS) == [
+        "logprob_start_len"
+    ]
