@@ -66,7 +66,12 @@ def build_app(cfg: argparse.Namespace) -> web.Application:
     app[_CFG] = cfg
 
     async def on_startup(app):
-        app[_SESSION] = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        # Reuse idle connections for 2 s only: SGLang closes them after 5 s, and a request sent
+        # on one it is closing fails (the router's --upstream-keepalive-s, for the same reason).
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=2)
+        app[_SESSION] = aiohttp.ClientSession(
+            connector=connector, timeout=aiohttp.ClientTimeout(total=None)
+        )
 
     async def on_cleanup(app):
         await app[_SESSION].close()
