@@ -35,6 +35,7 @@ class KvEventCacheView:
         self.page_size: int | None = None
         self.events_applied = 0
         self.orphan_stores = 0  # stores whose parent was never seen (events missed)
+        self.clears = 0  # AllBlocksCleared events seen (the instance flushed its cache)
 
     @property
     def pages(self) -> int:
@@ -58,6 +59,7 @@ class KvEventCacheView:
                 self._remove(block_hash)
         elif kind == "AllBlocksCleared":
             self.clear()
+            self.clears += 1
         else:
             return
         self.events_applied += 1

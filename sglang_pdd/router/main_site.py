@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Sequence
 
 from sglang_pdd.cache.kv_event_view import KvEventCacheView
@@ -19,6 +20,8 @@ from sglang_pdd.router.transfers import MainTransfers
 from sglang_pdd.transfer.link_model import LinkModelConfig, LiveLinkModel
 
 logger = logging.getLogger("sglang_pdd.router")
+RECENT_S = 30.0  # how long MD's own reports stand in for KV events not yet received
+RECENT_MAX = 4096
 
 
 class LandedPrefixMirror:
@@ -55,6 +58,12 @@ class MainSite:
         else:
             self.mirror = LandedPrefixMirror(block_tokens, capacity_blocks)
         self.active = 0  # router requests currently decoding (or parked) here
+        self.block_tokens = block_tokens
+        # Prompts MD just reported in its tree (its "ready" event: MD inserts a landed prompt at
+        # once) or just ended with: the KV events saying so cross the WAN on another connection
+        # and may come after the client's next turn. Held for RECENT_S, then the events rule.
+        self._recent: deque[tuple[float, list[int]]] = deque()
+        self._clears_seen = 0
         self.control.listeners.append(self._on_event)
 
     @property
@@ -71,22 +80,54 @@ class MainSite:
         if self.subscriber is not None:
             await self.subscriber.close()
 
-    def cached_tokens(self, token_ids: Sequence[int]) -> int:
+    def cached_tokens(self, token_ids: Sequence[int], hashes: list[int] | None = None) -> int:
         """Leading prompt tokens whose KV Main-Decode holds in its radix cache."""
         if self.subscriber is not None:
-            return self.subscriber.view.match(token_ids)
-        return self.mirror.match(token_ids)
+            view = self.subscriber.view
+            if view.clears != self._clears_seen:  # MD flushed: what it reported is gone too
+                self._clears_seen = view.clears
+                self._recent.clear()
+            held = view.match(token_ids)
+        else:
+            held = self.mirror.match(token_ids)
+        if self._recent:
+            if hashes is None:
+                hashes = block_hashes(token_ids, self.block_tokens)
+            held = max(held, self._recent_blocks(hashes) * self.block_tokens)
+        return min(held, len(token_ids))
+
+    def _recent_blocks(self, hashes: list[int]) -> int:
+        cutoff = time.monotonic() - RECENT_S
+        while self._recent and self._recent[0][0] < cutoff:
+            self._recent.popleft()
+        best = 0
+        for _, known in self._recent:
+            n = 0
+            for a, b in zip(known, hashes, strict=False):
+                if a != b:
+                    break
+                n += 1
+            best = max(best, n)
+        return best
+
+    def _note_recent(self, hashes: list[int]) -> None:
+        if hashes:
+            self._recent.append((time.monotonic(), hashes))
+            if len(self._recent) > RECENT_MAX:
+                self._recent.popleft()
 
     def confirm_cached(self, token_ids: Sequence[int]) -> None:
         """Main-Decode's request for ``token_ids`` ended with its KV in place (inserted)."""
         if self.mirror is not None:
             self.mirror.confirm(token_ids)
+        self._note_recent(block_hashes(token_ids, self.block_tokens))
 
     def _on_event(self, event: dict) -> None:
         if event.get("event") != "ready":
             return
         # MD stamps the event when the KV was in place; the router learns it one trip later.
         now = time.monotonic() - max(time.time() - float(event.get("t", time.time())), 0.0)
+        self._note_recent(self.transfers.hashes_of(event["rid"]))
         self.transfers.landed(event["rid"], event.get("cached_tokens"), event.get("kv_bytes"),
                               now)  # fmt: skip
 

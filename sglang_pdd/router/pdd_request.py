@@ -181,7 +181,7 @@ class PddRequestRun:
         """Register the KV this request is about to send to MD (what MD's cache lacks now)."""
         ids = self.body["input_ids"]
         hashes = self._hashes()
-        cached = min(self.site.cached_tokens(ids), len(ids))
+        cached = self.site.cached_tokens(ids, hashes)
         nbytes = (len(ids) - cached) * self.router.kv_bytes_per_token
         self._transfer = self.site.transfers.start(
             main_rid, hashes, cached // self.router.config.cache_block_tokens, nbytes,

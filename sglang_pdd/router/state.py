@@ -168,7 +168,7 @@ class RouterState:
     def main_plan(self, site: MainSite, input_ids: list[int], hashes: list[int]) -> MainPlan:
         """What sending ``input_ids`` to ``site`` now would involve."""
         block = self.config.cache_block_tokens
-        cached = min(site.cached_tokens(input_ids), len(input_ids))
+        cached = site.cached_tokens(input_ids, hashes)
         dep = site.transfers.dependency(hashes, cached // block)
         covered, extra_backlog, carries = cached, 0.0, False
         if dep is not None:

@@ -84,6 +84,11 @@ class MainTransfers:
                 return min(holders, key=lambda t: t.seq)
         return None
 
+    def hashes_of(self, rid: str) -> list[int]:
+        """The prompt blocks of ``rid``'s registered transfer (empty when none)."""
+        t = self._by_rid.get(rid)
+        return t.hashes if t is not None else []
+
     def serving_on_link(self) -> int:
         return sum(1 for t in self._by_rid.values() if t.state == SENDING and not t.warming)
 

@@ -57,3 +57,25 @@ def test_decision_reason_names_the_estimates(state):
     decision, _, _ = state.plan(list(range(3000)), 64)
     assert decision.pipeline == "P-RLD-MD" and decision.rule == "over_slo"
     assert "1536 kB" in decision.reason and "SLO 0.5s" in decision.reason
+
+
+def test_md_reports_stand_in_until_its_kv_events_arrive():
+    async def run():
+        from sglang_pdd.router.main_site import MainSite
+        from sglang_pdd.transfer.link_model import LinkModelConfig
+
+        site = MainSite(MainEndpoint("http://m:1", "tcp://127.0.0.1:1", "tcp://127.0.0.1:3"),
+                        LinkModelConfig(1e6, 0.1), 16, 1 << 12)  # fmt: skip
+        ids = list(range(640))
+        from sglang_pdd.cache.prefix_blocks import block_hashes
+
+        site.transfers.start("r.pdd-relayed", block_hashes(ids, 16), 0, 640 * 512, now=0.0)
+        assert site.cached_tokens(ids) == 0  # no KV event yet, nothing reported
+        site._on_event({"event": "ready", "rid": "r.pdd-relayed", "t": 0.0,
+                        "cached_tokens": 0, "kv_bytes": 640 * 512})  # fmt: skip
+        assert site.cached_tokens(ids + [1, 2]) == 640  # MD's own report, before its events
+        site.subscriber.view.apply({"type": "AllBlocksCleared"})
+        assert site.cached_tokens(ids) == 0  # a flush drops the reports too
+        await site.close()
+
+    asyncio.run(run())
