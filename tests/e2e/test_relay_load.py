@@ -37,7 +37,10 @@ def _wait_load(router_url: str, relay_url: str, busy: bool, timeout: float = 120
 
 def test_auto_handoff_follows_relay_load(pdd_cluster, small_relay, auto_router, colocated):
     router, relay = auto_router.url, small_relay.url
-    prompt, budget = make_prompt(random.Random(51), 400), 160
+    # 400 output tokens keep RLD decoding for seconds, far longer than MD needs to take over
+    # a prompt it already caches, even while RLD and P are busy (the hog fits beside it in
+    # the small RLD: 5,000 + 1,200 + about 800 + 400 tokens < 8,192).
+    prompt, budget = make_prompt(random.Random(51), 400), 400
     expected = generate(colocated.url, _body(prompt, budget)).output_ids
 
     # MD caches the prompt first (a one-token request finishes on RLD and warms MD), so that
