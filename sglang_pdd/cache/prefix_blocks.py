@@ -40,6 +40,16 @@ def block_hashes(
     return out
 
 
+def common_prefix_blocks(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading block hashes ``a`` and ``b`` share (equal hashes: equal prefixes)."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 @dataclass(eq=False)
 class _Node:
     key: int

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from sglang_pdd.cache.kv_event_view import KvEventCacheView
-from sglang_pdd.cache.prefix_blocks import BlockPrefixCache, block_hashes
+from sglang_pdd.cache.prefix_blocks import BlockPrefixCache, block_hashes, common_prefix_blocks
 from sglang_pdd.router.config import MainEndpoint
 from sglang_pdd.router.kv_events import KvEventSubscriber
 from sglang_pdd.router.main_control import MainControlClient
@@ -100,15 +100,7 @@ class MainSite:
         cutoff = time.monotonic() - RECENT_S
         while self._recent and self._recent[0][0] < cutoff:
             self._recent.popleft()
-        best = 0
-        for _, known in self._recent:
-            n = 0
-            for a, b in zip(known, hashes, strict=False):
-                if a != b:
-                    break
-                n += 1
-            best = max(best, n)
-        return best
+        return max((common_prefix_blocks(known, hashes) for _, known in self._recent), default=0)
 
     def _note_recent(self, hashes: list[int]) -> None:
         if hashes:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 import aiohttp
 
-from sglang_pdd.cache.prefix_blocks import BlockPrefixCache, block_hashes
+from sglang_pdd.cache.prefix_blocks import BlockPrefixCache, block_hashes, common_prefix_blocks
 from sglang_pdd.policy import (
     PIPELINE_P_RLD,
     HandoffPolicy,
@@ -172,7 +172,7 @@ class RouterState:
         dep = site.transfers.dependency(hashes, cached // block)
         covered, extra_backlog, carries = cached, 0.0, False
         if dep is not None:
-            common = _common_blocks(dep.hashes, hashes)
+            common = common_prefix_blocks(dep.hashes, hashes)
             if dep.state == DEFERRED and common == len(dep.hashes):
                 carries = True  # this request's transfer carries the warm's prompt itself
             else:
@@ -208,6 +208,7 @@ class RouterState:
             if best is None or key < best[0]:
                 best = (key, decision, mp)
         _, decision, mp = best
+        main = mp.site
         if decision.pipeline == PIPELINE_P_RLD:
             mp = None
         prefill = min(self.config.prefill, key=lambda u: (
@@ -219,17 +220,7 @@ class RouterState:
             start = next(self._rr["relay"]) % len(self.config.relay)
             rotated = self.config.relay[start:] + self.config.relay[:start]
             relay = min(rotated, key=self.relay_load)
-        main = mp.site if mp is not None else best[2].site
         return decision, (prefill, relay, main), mp
-
-
-def _common_blocks(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 @dataclass(frozen=True)
