@@ -184,8 +184,8 @@ class RouterState:
     def plan(self, input_ids: list[int], max_new_tokens: int):
         """Pick the pipeline and the instances for a request.
 
-        Main-Decode: the one whose KV would be ready first (its real cache hit, what is queued
-        on its link, the transfers its prompt must wait for), then the least busy; Prefill: the
+        Main-Decode: the one holding (or about to hold) most of the prompt, then the one whose KV
+        would be ready first (what is queued on its link), then the least busy; Prefill: the
         best prefix hit, then the least busy; Relay-Decode: the least busy.
         """
         hashes = block_hashes(input_ids, self.config.cache_block_tokens)
@@ -204,7 +204,9 @@ class RouterState:
                 link = replace(link, backlog_bytes=link.backlog_bytes + mp.extra_backlog)
             decision = self.pipeline_policy.decide(facts, link, relay_load,
                                                    prefill_s=self.prefill_estimate_s)  # fmt: skip
-            key = (round(decision.est_main_ready_s, 2), site.active)
+            # The real cache hit first (a session stays where its KV is), then when its KV would
+            # be ready, then load.
+            key = (-mp.covered_tokens, round(decision.est_main_ready_s, 2), site.active)
             if best is None or key < best[0]:
                 best = (key, decision, mp)
         _, decision, mp = best

@@ -72,6 +72,9 @@ def catchup_router(server_group, pdd_cluster):
         handoff_mode="catch-up",
         catchup_threshold=4,
         catchup_chunk=64,
+        # MD's KV requested after RLD's: a larger backlog when MD is ready, so Catch-Up
+        # hands off in several chunks.
+        main_transfer_start="after-relay",
     )
 
 
