@@ -53,11 +53,16 @@ class _Run:
     def __init__(self, state: RouterState, input_ids: list[int], sampling: dict, extra: dict):
         self.state = state
         self.rid = extra.pop("rid", None) or uuid.uuid4().hex
+        if self.rid in state.live:
+            # Every instance would see two requests under the same sub-rids.
+            raise UpstreamError(400, {"error": {"message": f"Duplicate request ID: {self.rid}",
+                                                "code": 400}})  # fmt: skip
         self.body = {"input_ids": input_ids, "sampling_params": sampling, **extra}
         max_new = int(sampling.get("max_new_tokens", 128) or 128)
         decision, instances, main_plan = state.plan(input_ids, max_new)
         state.metrics.requests.labels(decision.pipeline, decision.rule).inc()
         self.run = PddRequestRun(state, self.body, self.rid, decision, instances, main_plan)
+        state.live[self.rid] = self.run.record
         self.text = StreamingText(state.tokenizer, bool(sampling.get("no_stop_trim")),
                                   bool(sampling.get("skip_special_tokens", True)))  # fmt: skip
         self.finished: Finished | None = None
@@ -91,6 +96,7 @@ class _Run:
                 yield event
             completed = True
         finally:
+            self.state.live.pop(self.rid, None)
             if not completed:
                 await self.run.abort_everywhere()
             await self.run.close()
@@ -259,6 +265,13 @@ async def server_info(request):
         "mains": {url: site.describe() for url, site in state.mains.items()}}})  # fmt: skip
 
 
+async def live_requests(request):
+    """``GET /pdd/requests``: every request in flight and its record so far (pipeline, tokens
+    from each decode instance, handoff state)."""
+    live = request.app[STATE].live
+    return web.json_response({rid: record.as_dict() for rid, record in list(live.items())})
+
+
 async def metrics(request):
     body = request.app[STATE].metrics.render()
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
@@ -286,6 +299,7 @@ def build_app(state: RouterState) -> web.Application:
     app.router.add_get("/get_server_info", server_info)
     app.router.add_get("/server_info", server_info)  # SGLang's newer name
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/pdd/requests", live_requests)
 
     async def on_startup(app):
         await state.start()

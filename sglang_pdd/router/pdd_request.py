@@ -422,7 +422,8 @@ class PddRequestRun:
             self.record.handoff_tokens = len(relay_ids)
             self.record.handoff_chunks += 1
             await control.handoff(main_rid, relay_ids, final=True)
-            await abort(session, self.relay_url, relay_rid)
+            # RLD's abort runs beside MD's takeover: MD's first token must not wait for it.
+            self.router.run_in_background(abort(session, self.relay_url, relay_rid))
             break
         async for event in self._follow_main(main_q, events, already_sent=len(relay_ids),
                                              expected_prefix=relay_ids):  # fmt: skip

@@ -58,6 +58,7 @@ class RouterState:
         self.relay_loads: dict[str, float] = {}
         self._load_poller: asyncio.Task | None = None
         self.background: set = set()  # sub-requests outliving their client request
+        self.live: dict = {}  # rid -> PddRecord of every request in flight (GET /pdd/requests)
         self.incremental_streams: dict[str, bool] = {}
         self._rr = {role: itertools.count() for role in ("prefill", "relay", "main")}
 

@@ -55,6 +55,7 @@ class MainDecodeSite:
     http_via_wan: str
     control_via_wan: str
     kv_events_via_wan: str | None
+    control_port: int = 0  # Main-Decode's own control port (in datacenter B)
 
 
 @dataclass
@@ -132,6 +133,7 @@ def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 60
                 http_url,
                 control_url.replace("http://", "tcp://"),
                 events_url and events_url.replace("http://", "tcp://"),
+                control_port,
             )
         )
     cluster = PddCluster(cfg, prefill, relay, sites)
@@ -147,13 +149,20 @@ def kv_events_config(port: int) -> str:
 
 def start_wan_proxy(group: ServerGroup, name: str, target_port: int, link: WanLinkConfig) -> str:
     """Start a ``sglang-pdd wan-link`` proxy to ``127.0.0.1:target_port``; return its URL."""
+    return start_link_proxy(group, name, target_port, link).url
+
+
+def start_link_proxy(group: ServerGroup, name: str, target_port: int,
+                     link: WanLinkConfig) -> ServerProcess:  # fmt: skip
+    """Start a ``sglang-pdd wan-link`` proxy to ``127.0.0.1:target_port``; return its process
+    (``.url``; ``.pause()`` stalls the link, ``.resume()`` lets it go on)."""
     port = free_port()
     proxy = group.launch_command(name, _cli(
         "wan-link", "--listen", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{target_port}",
         "--bandwidth-mbps", str(link.bandwidth_mbps), "--delay-ms", str(link.one_way_delay_ms),
         "--jitter-ms", str(link.jitter_ms)), port)  # fmt: skip
     group.wait_ready(proxy, timeout=60, path=None)
-    return f"http://127.0.0.1:{port}"
+    return proxy
 
 
 def add_main_decode(group: ServerGroup, cluster: PddCluster, name: str) -> MainDecodeSite:
@@ -186,6 +195,7 @@ def _site(group, server, tag, control_port, events_port, wan) -> MainDecodeSite:
         http_url,
         control_url.replace("http://", "tcp://"),
         events_url and events_url.replace("http://", "tcp://"),
+        control_port,
     )
 
 

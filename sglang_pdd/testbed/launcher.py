@@ -94,10 +94,20 @@ class ServerProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def pause(self) -> None:
+        """Freeze the whole process group (SIGSTOP): e.g. a link proxy then forwards nothing,
+        while the peers on both sides keep running."""
+        _signal_group(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Undo ``pause`` (SIGCONT)."""
+        _signal_group(self.proc.pid, signal.SIGCONT)
+
     def stop(self, timeout: float = 20.0) -> None:
         """Terminate the server's whole process group (SIGTERM, then SIGKILL)."""
         if self.proc.poll() is not None:
             return
+        self.resume()  # a paused process would not act on SIGTERM
         _signal_group(self.proc.pid, signal.SIGTERM)
         try:
             self.proc.wait(timeout=timeout)

@@ -61,21 +61,42 @@ def pdd_cluster(server_group, tiny_model, colocated):
 
 
 @pytest.fixture(scope="session")
-def catchup_router(server_group, pdd_cluster):
-    """A second router on the same instances, handing off in Catch-Up mode."""
+def held_links(server_group, pdd_cluster):
+    """A gate to the cluster's RLD and a stallable link (across the emulated WAN) to MD's
+    control socket, for routers whose handoff points the tests choose: see ``held_links.py``."""
+    from sglang_pdd.testbed.cluster import start_link_proxy
+    from tests.e2e.held_links import HeldLinks
+    from tests.e2e.relay_gate import RelayGate
+
+    control_port = pdd_cluster.mains[0].control_port
+    control = start_link_proxy(server_group, "held-control", control_port, pdd_cluster.config.wan)
+    links = HeldLinks(RelayGate(pdd_cluster.relay.url), control)
+    yield links
+    links.release()
+
+
+def _held_router(server_group, pdd_cluster, held_links, name, **overrides):
+    from dataclasses import replace
+
     from sglang_pdd.testbed.cluster import start_router
 
-    return start_router(
-        server_group,
-        pdd_cluster,
-        name="router-catchup",
-        handoff_mode="catch-up",
-        catchup_threshold=4,
-        catchup_chunk=64,
-        # MD's KV requested after RLD's: a larger backlog when MD is ready, so Catch-Up
-        # hands off in several chunks.
-        main_transfer_start="after-relay",
-    )
+    site = replace(pdd_cluster.mains[0],
+                   control_via_wan=held_links.control.url.replace("http://", "tcp://"))  # fmt: skip
+    return start_router(server_group, pdd_cluster, name=name, relay_url=held_links.relay.url,
+                        mains=[site], **overrides)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def held_router(server_group, pdd_cluster, held_links):
+    """A One-Shot router on the cluster's instances, over ``held_links``."""
+    return _held_router(server_group, pdd_cluster, held_links, "router-held")
+
+
+@pytest.fixture(scope="session")
+def catchup_router(server_group, pdd_cluster, held_links):
+    """A Catch-Up router on the cluster's instances, over ``held_links``."""
+    return _held_router(server_group, pdd_cluster, held_links, "router-catchup",
+                        handoff_mode="catch-up", catchup_threshold=4, catchup_chunk=64)  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -87,20 +108,6 @@ def main_only_router(server_group, pdd_cluster):
 
 
 @pytest.fixture(scope="session")
-def slow_relay_router(server_group, pdd_cluster):
-    """A router that reaches Relay-Decode through a 3 s one-way link: Main-Decode's ready comes
-    before Relay-Decode's first token reaches the router, so the handoff carries one id."""
-    from sglang_pdd.testbed.cluster import start_router, start_wan_proxy
-    from sglang_pdd.transfer.wan_link import WanLinkConfig
-
-    slow = WanLinkConfig(bandwidth_mbps=1000.0, one_way_delay_ms=3000.0)
-    relay_url = start_wan_proxy(server_group, "slow-relay", pdd_cluster.relay.port, slow)
-    # Over a 3 s one-way link no idle connection outlives SGLang's 5 s keep-alive: never reuse.
-    return start_router(server_group, pdd_cluster, name="router-slow-relay", relay_url=relay_url,
-                        upstream_keepalive_s=0)  # fmt: skip
-
-
-@pytest.fixture(scope="session")
 def small_relay(server_group, tiny_model, pdd_cluster):
     """A Relay-Decode with room for only 8192 KV tokens, so one long request makes it busy."""
     common = {**_common(tiny_model), "max_total_tokens": 8192}
@@ -109,11 +116,20 @@ def small_relay(server_group, tiny_model, pdd_cluster):
 
 
 @pytest.fixture(scope="session")
-def auto_router(server_group, pdd_cluster, small_relay):
-    """An auto-handoff router on the small relay: Catch-Up below half load, One-Shot above."""
-    from sglang_pdd.testbed.cluster import start_router
+def small_relay_links(small_relay, held_links):
+    """A gate to the small relay, and (shared) the stallable link to MD's control socket."""
+    from tests.e2e.held_links import HeldLinks
+    from tests.e2e.relay_gate import RelayGate
 
-    return start_router(server_group, pdd_cluster, name="router-auto", relay_url=small_relay.url,
+    links = HeldLinks(RelayGate(small_relay.url), held_links.control)
+    yield links
+    links.release()
+
+
+@pytest.fixture(scope="session")
+def auto_router(server_group, pdd_cluster, small_relay_links):
+    """An auto-handoff router on the small relay: Catch-Up below half load, One-Shot above."""
+    return _held_router(server_group, pdd_cluster, small_relay_links, "router-auto",
                         handoff_mode="auto", catchup_threshold=4, catchup_chunk=64,
                         auto_relay_busy_fraction=0.5)  # fmt: skip
 

@@ -14,6 +14,7 @@ import zmq
 
 from sglang_pdd.main_decode import RELAYED_RID_SUFFIX
 from sglang_pdd.testbed.client import generate, iter_sse, wait_router_settled
+from tests.e2e.held_links import generate_on_relay, generate_with_handoff_at, live_record
 from tests.e2e.prompts import make_prompt, varied_prompts
 
 pytestmark = pytest.mark.servers
@@ -30,9 +31,16 @@ def _cases() -> list[tuple[str, int]]:
     return [(p, budgets[i % len(budgets)]) for i, p in enumerate(varied_prompts(20, seed=11))]
 
 
+def _held_body(prompt: str, max_new_tokens: int) -> dict:
+    """Greedy, and never ending early at EOS: the tests place the handoff by token count."""
+    body = _body(prompt, max_new_tokens)
+    body["sampling_params"]["ignore_eos"] = True
+    return body
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
 def test_one_shot_matches_colocated(pdd_cluster, colocated, stream):
-    records = []
+    """20 prompts through the default router, wherever their handoffs fall on this machine."""
     for prompt, budget in _cases():
         expected = generate(colocated.url, _body(prompt, budget))
         got = generate(pdd_cluster.router_url, _body(prompt, budget), stream=stream)
@@ -42,47 +50,82 @@ def test_one_shot_matches_colocated(pdd_cluster, colocated, stream):
         assert record["pipeline"] == "P-RLD-MD"
         assert record["relay_tokens"] + record["main_tokens"] == len(expected.output_ids)
         assert got.body["meta_info"]["completion_tokens"] == len(expected.output_ids)
-        records.append(record)
+        if record["finished_on"] == "main":
+            assert record["handoff_tokens"] == record["relay_tokens"] >= 1, record
+            assert record["main_ready_s"] is not None, record
+        else:
+            assert record["finished_on"] == "relay" and record["main_tokens"] == 0, record
         if stream:
             assert got.chunks[-1]["text"] == got.body["text"]
             nonstream = generate(pdd_cluster.router_url, _body(prompt, budget))
             assert nonstream.body["text"] == got.body["text"]
-    handed = [r for r in records if r["finished_on"] == "main"]
-    on_relay = [r for r in records if r["finished_on"] == "relay"]
-    # The cases cover both outcomes, and handoffs of different sizes.
-    assert handed and on_relay
-    assert all(r["handoff_tokens"] >= 1 and r["main_ready_s"] is not None for r in handed)
-    assert all(r["main_ready_s"] >= r["first_token_s"] for r in handed)
-    assert len({r["handoff_tokens"] for r in handed}) >= 2  # handoffs at different points
     # Requests that finished on RLD were released on MD: once the router's leftover
     # sub-requests end, no instance holds any request's KV.
     wait_router_settled(pdd_cluster.router_url)
     _assert_nothing_held(pdd_cluster)
 
 
-def test_catch_up_matches_colocated(catchup_router, colocated):
-    chunks = []
-    for stream in (False, True):
-        for prompt, budget in _cases()[:8]:
-            budget = max(budget, 120)
-            expected = generate(colocated.url, _body(prompt, budget))
-            got = generate(catchup_router.url, _body(prompt, budget), stream=stream)
-            assert got.status == 200, got.body
-            assert got.output_ids == expected.output_ids
-            chunks.append(got.body["meta_info"]["pdd"]["handoff_chunks"])
-    assert max(chunks) >= 2, "Catch-Up never handed off in more than one chunk"
+@pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
+def test_one_shot_at_chosen_points_matches_colocated(held_router, held_links, pdd_cluster,
+                                                     colocated, stream):  # fmt: skip
+    """Handoffs after 1 id and at later points each chosen past the previous one, and a request
+    that finishes on RLD while MD's ready is held back: all equal the co-located server."""
+    prompts = varied_prompts(4, seed=13)
+    at, points = 1, []
+    for prompt in prompts[:3]:
+        body = _held_body(prompt, 200)
+        got = generate_with_handoff_at(held_router.url, held_links, body, stream=stream,
+                                       relay_tokens=at)  # fmt: skip
+        assert got.status == 200, got.body
+        assert got.output_ids == generate(colocated.url, body).output_ids
+        record = got.body["meta_info"]["pdd"]
+        assert (record["finished_on"], record["handoff_mode"]) == ("main", "one-shot"), record
+        assert record["handoff_tokens"] == record["relay_tokens"] >= at, record
+        assert record["main_tokens"] == 200 - record["handoff_tokens"], record
+        points.append(record["handoff_tokens"])
+        at = record["handoff_tokens"] + 16
+    assert len(set(points)) == 3, points
+    body = _held_body(prompts[3], 24)
+    got = generate_on_relay(held_router.url, held_links, body, stream=stream)
+    assert got.status == 200, got.body
+    assert got.output_ids == generate(colocated.url, body).output_ids
+    record = got.body["meta_info"]["pdd"]
+    assert (record["finished_on"], record["relay_tokens"], record["main_tokens"]) == (
+        "relay", 24, 0), record  # fmt: skip
+    wait_router_settled(held_router.url)
+    _assert_nothing_held(pdd_cluster)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
-def test_handoff_after_one_token_through_the_router(slow_relay_router, colocated, stream):
+def test_catch_up_matches_colocated(catchup_router, held_links, colocated, stream):
+    """MD becomes ready 150 ids behind RLD: Catch-Up extends in 64-id chunks while RLD streams
+    up to 100 more, and hands off the rest at the end; outputs equal the co-located server's."""
+    for prompt in varied_prompts(2, seed=17):
+        body = _held_body(prompt, 400)
+        got = generate_with_handoff_at(catchup_router.url, held_links, body, stream=stream,
+                                       relay_tokens=150, relay_more=100)  # fmt: skip
+        assert got.status == 200, got.body
+        assert got.output_ids == generate(colocated.url, body).output_ids
+        record = got.body["meta_info"]["pdd"]
+        assert (record["finished_on"], record["handoff_mode"]) == ("main", "catch-up"), record
+        # 150 ids behind or more: 64 + 64 + the rest but one, then the final handoff.
+        assert record["handoff_chunks"] >= 4, record
+        assert record["handoff_tokens"] == record["relay_tokens"] >= 150, record
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
+def test_handoff_after_one_token_through_the_router(held_router, held_links, colocated, stream):
+    """MD ready while the router has RLD's first chunk only: the handoff carries just that."""
     prompt, budget = make_prompt(random.Random(31), 300), 24
-    expected = generate(colocated.url, _body(prompt, budget))
-    got = generate(slow_relay_router.url, _body(prompt, budget), stream=stream)
+    body = _held_body(prompt, budget)
+    got = generate_with_handoff_at(held_router.url, held_links, body, stream=stream,
+                                   relay_tokens=1)  # fmt: skip
     assert got.status == 200, got.body
     record = got.body["meta_info"]["pdd"]
-    assert (record["finished_on"], record["handoff_tokens"]) == ("main", 1), record
-    assert (record["relay_tokens"], record["main_tokens"]) == (1, budget - 1)
-    assert got.output_ids == expected.output_ids
+    first_chunk = held_links.relay.held_ids  # 1 unless SGLang merged chunks of a slow stream
+    assert (record["finished_on"], record["handoff_tokens"]) == ("main", first_chunk), record
+    assert (record["relay_tokens"], record["main_tokens"]) == (first_chunk, budget - first_chunk)
+    assert got.output_ids == generate(colocated.url, body).output_ids
 
 
 def test_p_md_pipeline_matches_colocated(main_only_router, colocated):
@@ -94,26 +137,30 @@ def test_p_md_pipeline_matches_colocated(main_only_router, colocated):
         assert record["pipeline"] == "P-MD" and record["relay_tokens"] == 0
 
 
-def test_second_turn_moves_only_the_delta_over_the_wan(pdd_cluster, colocated):
+def test_second_turn_moves_only_the_delta_over_the_wan(pdd_cluster, held_router, held_links,
+                                                      colocated):  # fmt: skip
     rng = random.Random(5)
     turn1 = make_prompt(rng, 400)
-    # Turn 1 finishes on Relay-Decode (4 tokens): Main-Decode must still end up holding its KV.
-    first = generate(pdd_cluster.router_url, _body(turn1, 4))
+    router = held_router.url
+    # Turn 1 finishes on Relay-Decode (MD's ready is held back): MD must still end up holding
+    # its KV.
+    first = generate_on_relay(router, held_links, _held_body(turn1, 4), stream=False)
     assert first.body["meta_info"]["pdd"]["finished_on"] == "relay"
-    wait_router_settled(pdd_cluster.router_url)
+    wait_router_settled(router)
     if first.body["meta_info"]["pdd"]["main_ready_s"] is None:
         # The client's record went out before MD's KV landed; the router logs it afterwards.
-        late = [line for line in pdd_cluster.router.log_text().splitlines()
+        late = [line for line in held_router.log_text().splitlines()
                 if f"pdd-late-transfer rid={first.body['meta_info']['id']}" in line]  # fmt: skip
         assert late and json.loads(late[0][late[0].index("{") :])["wan_bytes"] > 0, late
     turn2 = turn1 + first.body["text"] + " " + make_prompt(rng, 30)
-    second = generate(pdd_cluster.router_url, _body(turn2, 200))
+    body2 = _held_body(turn2, 200)
+    second = generate_with_handoff_at(router, held_links, body2, stream=False, relay_tokens=1)
     r2 = second.body["meta_info"]["pdd"]
     assert r2["finished_on"] == "main"
     assert r2["main_cached_tokens"] >= first.body["meta_info"]["prompt_tokens"] - 1
     full = second.body["meta_info"]["prompt_tokens"] * pdd_cluster_kv_bytes(pdd_cluster)
     assert 0 < r2["wan_bytes"] < full / 4
-    assert second.output_ids == generate(colocated.url, _body(turn2, 200)).output_ids
+    assert second.output_ids == generate(colocated.url, body2).output_ids
 
 
 def pdd_cluster_kv_bytes(cluster) -> int:
@@ -130,33 +177,36 @@ def _loads(url: str) -> dict:
     return entry
 
 
-def test_relay_holds_nothing_after_handoff(pdd_cluster):
+def test_relay_holds_nothing_after_handoff(pdd_cluster, held_router, held_links):
+    """Once MD has taken over, RLD frees the request (the router aborts it): RLD is idle again
+    while MD still has almost all of a 2,000-id answer to decode."""
     relay = pdd_cluster.relay.url
-    idle = _loads(relay)
+    idle = _wait_idle(relay)
     assert idle["num_running_reqs"] == 0
-    body = {**_body(make_prompt(random.Random(9), 700), 400), "stream": True}
-    checked = False
-    with requests.post(pdd_cluster.router_url + "/generate", json=body, stream=True,
-                       timeout=600) as resp:  # fmt: skip
-        for chunk in iter_sse(resp):
-            record = chunk["meta_info"]["pdd"]
-            if record["main_tokens"] > 0 and not checked:
-                time.sleep(0.5)  # RLD ends the request after at most one more decode step
-                during = _loads(relay)
-                assert during["num_running_reqs"] == 0
-                assert during["num_used_tokens"] == idle["num_used_tokens"]
-                checked = True
-    assert checked, "the request never reached Main-Decode"
+    budget, seen = 2000, {}
+
+    def check_relay(rid):
+        seen["relay"] = _wait_idle(relay)
+        seen["record"] = live_record(held_router.url, rid)
+
+    body = _held_body(make_prompt(random.Random(9), 700), budget)
+    got = generate_with_handoff_at(held_router.url, held_links, body, stream=True,
+                                   relay_tokens=1, while_main_streams=check_relay)  # fmt: skip
+    assert got.status == 200, got.body
+    assert seen["relay"]["num_running_reqs"] == 0, seen
+    assert seen["relay"]["num_used_tokens"] == idle["num_used_tokens"], seen
+    # RLD went idle while the request was still being served by MD.
+    assert seen["record"] is not None and seen["record"]["main_tokens"] < budget, seen
 
 
-def _wait_idle(url: str, timeout: float = 60) -> dict:
+def _wait_idle(url: str, timeout: float = 120) -> dict:
     deadline = time.monotonic() + timeout
     while True:
         load = _loads(url)
         quiet = load["num_running_reqs"] == 0 and load.get("num_waiting_reqs", 0) == 0
         if quiet or time.monotonic() > deadline:
             return load
-        time.sleep(0.5)
+        time.sleep(0.05)
 
 
 def test_client_disconnect_aborts_everywhere(pdd_cluster):
@@ -227,6 +277,24 @@ def test_fields_the_router_cannot_serve_are_refused(pdd_cluster):
     assert resp.status_code == 400 and "n" in resp.json()["message"]
     ok = generate(router, {**_body("defaults are fine", 4), "return_logprob": False})
     assert ok.status == 200 and len(ok.output_ids) == 4
+
+
+def test_a_rid_in_flight_is_refused_and_listed(held_router, held_links, colocated):
+    """A client-chosen rid already in flight gets 400 (every instance would see two requests
+    under one id); ``GET /pdd/requests`` lists the request in flight with its record."""
+    body = _held_body(make_prompt(random.Random(41), 200), 40)
+
+    def duplicate(rid):
+        listed = live_record(held_router.url, rid)
+        assert listed is not None and listed["pipeline"] == "P-RLD-MD", listed
+        again = requests.post(held_router.url + "/generate", json={**body, "rid": rid},
+                              timeout=60)  # fmt: skip
+        assert again.status_code == 400 and "Duplicate request ID" in again.text, again.text
+
+    got = generate_with_handoff_at(held_router.url, held_links, body, stream=False,
+                                   relay_tokens=1, while_held=duplicate)  # fmt: skip
+    assert got.status == 200 and got.output_ids == generate(colocated.url, body).output_ids
+    assert live_record(held_router.url, got.body["meta_info"]["id"]) is None
 
 
 def test_openai_endpoints(pdd_cluster, colocated):

@@ -9,7 +9,8 @@ import time
 import pytest
 import requests
 
-from sglang_pdd.testbed.client import generate, pd_generate, wait_router_settled
+from sglang_pdd.testbed.client import generate, pd_generate
+from tests.e2e.held_links import generate_with_handoff_at
 from tests.e2e.prompts import make_prompt
 
 pytestmark = pytest.mark.servers
@@ -35,20 +36,19 @@ def _wait_load(router_url: str, relay_url: str, busy: bool, timeout: float = 120
     raise AssertionError(f"the router never saw the relay {'busy' if busy else 'idle'}")
 
 
-def test_auto_handoff_follows_relay_load(pdd_cluster, small_relay, auto_router, colocated):
-    router, relay = auto_router.url, small_relay.url
-    # 400 output tokens keep RLD decoding for seconds, far longer than MD needs to take over
-    # a prompt it already caches, even while RLD and P are busy (the hog fits beside it in
-    # the small RLD: 5,000 + 1,200 + about 800 + 400 tokens < 8,192).
+def test_auto_handoff_follows_relay_load(pdd_cluster, small_relay, small_relay_links,
+                                        auto_router, colocated):  # fmt: skip
+    # The router knows the relay by the URL it reaches it at (the stallable link).
+    router, relay = auto_router.url, small_relay_links.relay.url
+    # The handoff comes after RLD's first id (MD's ready is held back until then, RLD's link
+    # stalled from then until MD streams), so the mode is the one the router picks for RLD's
+    # load at that moment, on any machine.
     prompt, budget = make_prompt(random.Random(51), 400), 400
     expected = generate(colocated.url, _body(prompt, budget)).output_ids
 
-    # MD caches the prompt first (a one-token request finishes on RLD and warms MD), so that
-    # MD is ready after one short transfer, long before RLD's 160th token.
-    assert generate(router, _body(prompt, 1)).status == 200
-    wait_router_settled(router)
     _wait_load(router, relay, busy=False)
-    idle = generate(router, _body(prompt, budget))
+    idle = generate_with_handoff_at(router, small_relay_links, _body(prompt, budget),
+                                    stream=False, relay_tokens=1)  # fmt: skip
     assert idle.output_ids == expected
     assert idle.body["meta_info"]["pdd"]["handoff_mode"] == "catch-up"
 
@@ -60,16 +60,18 @@ def test_auto_handoff_follows_relay_load(pdd_cluster, small_relay, auto_router, 
                                "ignore_eos": True}}  # fmt: skip
     prefill = pdd_cluster.prefill
     thread = threading.Thread(target=pd_generate, daemon=True,
-                              args=(prefill.url, prefill.bootstrap_port, relay, hog))  # fmt: skip
+                              args=(prefill.url, prefill.bootstrap_port, small_relay.url,
+                                    hog))  # fmt: skip
     thread.start()
     try:
         assert _wait_load(router, relay, busy=True) >= 0.5
-        busy = generate(router, _body(prompt, budget))
+        busy = generate_with_handoff_at(router, small_relay_links, _body(prompt, budget),
+                                        stream=False, relay_tokens=1)  # fmt: skip
         assert busy.output_ids == expected
         record = busy.body["meta_info"]["pdd"]
         assert (record["handoff_mode"], record["handoff_chunks"]) == ("one-shot", 1), record
     finally:
-        for url in (relay, prefill.url):
+        for url in (small_relay.url, prefill.url):
             requests.post(f"{url}/abort_request", json={"rid": hog_rid}, timeout=30)
         thread.join(120)
     _wait_load(router, relay, busy=False)

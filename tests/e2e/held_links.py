@@ -1,0 +1,116 @@
+"""Handoff points chosen by the test, not by the machine's speed.
+
+A router in these tests reaches Relay-Decode through a ``RelayGate`` (which can hold RLD's
+stream after a chosen number of ids) and Main-Decode's control socket through a link proxy the
+test can stall (``ServerProcess.pause``). While the control link is stalled MD's ``ready``
+cannot reach the router, so the request stays on RLD; once the gate holds RLD's stream the
+router has exactly the ids the test chose and cannot see RLD finish. Releasing the control link
+then places the handoff at that count, on a fast machine or a slow one. Every wait here waits
+on an event (the gate holding) or on the router's own state (``GET /pdd/requests``).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import requests
+
+from sglang_pdd.testbed.client import GenerateResult, generate
+from sglang_pdd.testbed.launcher import ServerProcess
+from tests.e2e.relay_gate import RelayGate
+
+HANG_S = 300  # a request stuck this long is a hang, not a slow machine
+
+
+@dataclass(frozen=True)
+class HeldLinks:
+    """A test router's way to RLD (a gate) and its stallable link to MD's control socket."""
+
+    relay: RelayGate
+    control: ServerProcess
+
+    def release(self) -> None:
+        self.relay.release()
+        self.control.resume()
+
+
+def live_record(router_url: str, rid: str) -> dict | None:
+    """The router's record so far of request ``rid`` (None once it has ended)."""
+    return requests.get(f"{router_url}/pdd/requests", timeout=30).json().get(rid)
+
+
+def _wait(router_url: str, rid: str, future: Future, done: Callable[[dict], bool], what: str):
+    deadline = time.monotonic() + HANG_S
+    while time.monotonic() < deadline:
+        record = live_record(router_url, rid)
+        if record is not None and done(record):
+            return record
+        if future.done():
+            raise AssertionError(f"the request ended before {what}: {future.result().body}")
+        time.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _wait_held(links: HeldLinks, future: Future, what: str) -> None:
+    deadline = time.monotonic() + HANG_S
+    while not links.relay.holding.wait(0.05):
+        if future.done():
+            raise AssertionError(f"the request ended before {what}: {future.result().body}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+
+
+def generate_with_handoff_at(router_url: str, links: HeldLinks, body: dict, *, stream: bool,
+                             relay_tokens: int, relay_more: int = 0,
+                             while_held: Callable[[str], None] | None = None,
+                             while_main_streams: Callable[[str], None] | None = None,
+                             ) -> GenerateResult:  # fmt: skip
+    """Send ``body`` through the router so that MD takes over after exactly the first
+    ``relay_tokens`` ids of RLD (or the first chunk of RLD's stream reaching that count).
+
+    MD's control link is stalled and the gate armed; once the gate holds RLD's stream, MD's
+    ``ready`` is let through. With ``relay_more`` (Catch-Up), once the first chunk went to MD
+    the gate lets RLD stream that many more ids, then holds again. The gate opens once MD's
+    tokens flow; ``while_main_streams(rid)`` runs then, while the request is still in flight.
+    ``while_held(rid)`` runs while RLD's stream is held and MD's ready not yet let through."""
+    rid = f"held-{uuid.uuid4().hex}"
+    body = {**body, "rid": rid}
+    links.control.pause()
+    links.relay.arm(relay_tokens)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(generate, router_url, body, stream)
+            _wait_held(links, future, f"{relay_tokens} ids from Relay-Decode")
+            held = links.relay.held_ids
+            if while_held is not None:
+                while_held(rid)
+            links.control.resume()
+            if relay_more:
+                _wait(router_url, rid, future, lambda r: r["handoff_chunks"] >= 1,
+                      "the first Catch-Up chunk")  # fmt: skip
+                # RLD streams on (up to a new hold, so that it never finishes first) while
+                # MD catches up.
+                links.relay.advance(held + relay_more)
+            _wait(router_url, rid, future, lambda r: r["main_tokens"] > 0,
+                  "Main-Decode's first token")  # fmt: skip
+            links.relay.release()
+            if while_main_streams is not None:
+                while_main_streams(rid)
+            return future.result(timeout=HANG_S)
+    finally:
+        links.release()
+
+
+def generate_on_relay(router_url: str, links: HeldLinks, body: dict, *,
+                      stream: bool) -> GenerateResult:  # fmt: skip
+    """Send ``body`` with MD's control link stalled for the whole request: MD's ``ready``
+    cannot reach the router, so Relay-Decode finishes the request."""
+    links.control.pause()
+    try:
+        return generate(router_url, body, stream=stream)
+    finally:
+        links.control.resume()

@@ -1,0 +1,130 @@
+"""``RelayGate``: an HTTP proxy to Relay-Decode that holds a stream after a chosen token count.
+
+The router reads Relay-Decode's tokens through the gate. Armed with a limit, the gate forwards
+the next ``/generate`` stream until it has carried that many output ids, then forwards nothing
+more of it until the test raises the limit or releases it: the router sees exactly the ids the
+test chose and cannot see RLD finish, however fast RLD decodes. Every other call (loads, abort,
+server info) passes straight through, so an abort reaches RLD even while its stream is held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+
+import aiohttp
+from aiohttp import web
+
+from sglang_pdd.testbed.ports import free_port
+
+_HOP_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive", "host"}
+
+
+class RelayGate:
+    """Run in a background thread of the test process; ``url`` is what the router dials."""
+
+    def __init__(self, target_url: str) -> None:
+        self.target = target_url.rstrip("/")
+        self.port = free_port()
+        self._loop = asyncio.new_event_loop()
+        self._limit: int | None = None  # armed: the next stream holds at this many ids
+        self._armed_for_next = False
+        self._open = asyncio.Event()  # set: a held stream may go on (checked on each chunk)
+        self._open.set()
+        self.holding = threading.Event()  # a stream is held at the limit
+        self.held_ids = 0  # ids the held stream had carried when it stopped
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="relay-gate", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError("the relay gate did not start")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- control, from the test thread ----------------------------------------------------------
+    def arm(self, limit: int) -> None:
+        """The next ``/generate`` stream holds once it has carried ``limit`` output ids."""
+        self._call(self._arm, limit)
+
+    def advance(self, limit: int) -> None:
+        """Let the held stream go on until it has carried ``limit`` ids, then hold again."""
+        self._call(self._advance, limit)
+
+    def release(self) -> None:
+        """Disarm and let every held stream run to its end."""
+        self._call(self._release)
+
+    def _call(self, fn, *args) -> None:
+        asyncio.run_coroutine_threadsafe(fn(*args), self._loop).result(30)
+
+    async def _arm(self, limit: int) -> None:
+        self._limit, self._armed_for_next = limit, True
+
+    async def _advance(self, limit: int) -> None:
+        self._limit = limit
+        self.holding.clear()
+        self._open.set()
+
+    async def _release(self) -> None:
+        self._limit, self._armed_for_next = None, False
+        self.holding.clear()
+        self._open.set()
+
+    # -- the proxy ------------------------------------------------------------------------------
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._serve())
+
+    async def _serve(self) -> None:
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        app = web.Application(client_max_size=64 * 2**20)
+        app.router.add_route("*", "/{tail:.*}", self._forward)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", self.port).start()
+        self._ready.set()
+        await asyncio.Event().wait()  # serve until the process ends (daemon thread)
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        gated = request.path == "/generate" and self._armed_for_next
+        if gated:
+            self._armed_for_next = False
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
+        async with self._session.request(request.method, self.target + request.path_qs,
+                                         data=body, headers=headers) as upstream:  # fmt: skip
+            out_headers = {k: v for k, v in upstream.headers.items()
+                           if k.lower() not in _HOP_HEADERS}  # fmt: skip
+            if not gated:
+                return web.Response(status=upstream.status, body=await upstream.read(),
+                                    headers=out_headers)  # fmt: skip
+            resp = web.StreamResponse(status=upstream.status, headers=out_headers)
+            await resp.prepare(request)
+            ids = 0
+            try:
+                async for line in upstream.content:
+                    await resp.write(line)
+                    ids = max(ids, _ids_in(line))
+                    while self._limit is not None and ids >= self._limit:
+                        self.held_ids = ids
+                        self._open.clear()
+                        self.holding.set()
+                        await self._open.wait()
+            except (ConnectionResetError, aiohttp.ClientError):
+                pass  # the router closed its side (it handed off and aborted RLD)
+            return resp
+
+
+def _ids_in(line: bytes) -> int:
+    """Output ids carried so far by one SSE line of SGLang's (cumulative) stream."""
+    line = line.strip()
+    if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+        return 0
+    try:
+        chunk = json.loads(line[5:])
+    except ValueError:
+        return 0
+    return len(chunk.get("output_ids") or ()) if isinstance(chunk, dict) else 0
