@@ -17,6 +17,7 @@ from sglang_pdd.router.request_fields import (
     OPENAI_FIELDS,
     unsupported_fields,
     unsupported_message,
+    unsupported_sampling,
 )
 from sglang_pdd.router.state import RouterState
 from sglang_pdd.router.text import StreamingText
@@ -118,9 +119,14 @@ async def generate(request: web.Request) -> web.StreamResponse:
         return _error(400, "Either text or input_ids should be provided.")
     if unsupported := unsupported_fields(body, GENERATE_FIELDS):
         return _error(400, unsupported_message(unsupported))
+    sampling = body.get("sampling_params") or {}
+    if not isinstance(sampling, dict):
+        return _error(400, "sampling_params must be a JSON object")
+    if unsupported := unsupported_sampling(sampling):
+        return _error(400, unsupported_message(unsupported))
     ids = state.tokenizer.encode(text) if text is not None else list(input_ids)
     passthrough = {"rid": body["rid"]} if body.get("rid") else {}
-    run = _Run(state, ids, dict(body.get("sampling_params") or {}), passthrough)
+    run = _Run(state, ids, dict(sampling), passthrough)
     if not body.get("stream"):
         async for event in run.events():
             if isinstance(event, TokenDelta):
@@ -171,6 +177,9 @@ async def _openai(request: web.Request, kind: str) -> web.StreamResponse:
     else:
         ids = oai.completion_prompt(body, state.tokenizer)
         sampling = oai.sampling_params(body, default_max_tokens=16)
+    if unsupported := unsupported_sampling(sampling, prefix=""):
+        names = {"sampling_seed": "seed"}  # back to the OpenAI names the client sent
+        raise oai.bad_request(unsupported_message([names.get(n, n) for n in unsupported]))
     run = _Run(state, ids, sampling, {})
     oid = ("chatcmpl-" if kind == "chat" else "cmpl-") + run.rid
     if not body.get("stream"):

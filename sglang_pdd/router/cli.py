@@ -171,7 +171,10 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     logging.basicConfig(level=args.log_level.upper(), format="[%(asctime)s] %(message)s")
+    # handler_cancellation: a client that leaves a non-streamed request cancels its handler,
+    # whose clean-up then aborts the request on every instance (as a closed stream does).
+    log = logging.getLogger("sglang_pdd.router")
     web.run_app(build_app(RouterState(config)), host=config.host, port=config.port,
-                print=lambda *_: logging.getLogger("sglang_pdd.router").info(
+                handler_cancellation=True, print=lambda *_: log.info(
                     "sglang-pdd router on http://%s:%d", config.host, config.port))  # fmt: skip
     return 0

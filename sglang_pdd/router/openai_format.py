@@ -7,8 +7,9 @@ import time
 from sglang_pdd.router.upstream import UpstreamError
 
 # OpenAI parameter -> SGLang sampling parameter.
-_SAMPLING = {"temperature": "temperature", "top_p": "top_p", "stop": "stop", "seed": "seed",
-             "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
+_SAMPLING = {"temperature": "temperature", "top_p": "top_p", "stop": "stop",
+             "seed": "sampling_seed", "frequency_penalty": "frequency_penalty",
+             "presence_penalty": "presence_penalty",
              "max_tokens": "max_new_tokens", "max_completion_tokens": "max_new_tokens",
              "top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty",
              "ignore_eos": "ignore_eos", "min_tokens": "min_new_tokens",

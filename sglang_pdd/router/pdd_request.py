@@ -109,10 +109,18 @@ class PddRequestRun:
             self.record.main_tokens += len(token_ids)
         return TokenDelta(token_ids, source)
 
+    def sub_rids(self) -> dict[str, list[str]]:
+        """Each instance's rids for this request (SGLang aborts by exact rid only)."""
+        rids = {self.prefill_url: [self.rid + s for s in (".p", ".p1", ".p2")],
+                self.main.url: [self.rid + ".main", self.rid + RELAYED_RID_SUFFIX]}  # fmt: skip
+        if self.relay_url:
+            rids[self.relay_url] = [self.rid + ".relay"]
+        return rids
+
     async def abort_everywhere(self) -> None:
-        """Abort this request's sub-requests on every instance (rids share the prefix)."""
-        urls = {self.prefill_url, self.main.url} | ({self.relay_url} if self.relay_url else set())
-        await asyncio.gather(*(abort(self.router.session, url, self.rid) for url in urls))
+        """Abort this request's sub-requests on every instance, each by its exact rid."""
+        pairs = [(url, rid) for url, rids in self.sub_rids().items() for rid in rids]
+        await asyncio.gather(*(abort(self.router.session, url, rid) for url, rid in pairs))
 
     def _prefill_done(self, _task=None) -> None:
         if self._counted:

@@ -15,14 +15,27 @@ GENERATE_FIELDS = frozenset({"text", "input_ids", "sampling_params", "stream", "
 OPENAI_FIELDS = frozenset({
     "model", "prompt", "messages", "stream", "stream_options", "user", "max_tokens",
     "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids",
-    "seed", "frequency_penalty", "presence_penalty", "repetition_penalty", "ignore_eos",
-    "min_tokens", "skip_special_tokens", "no_stop_trim",
+    "seed", "ignore_eos", "skip_special_tokens", "no_stop_trim",
+})  # fmt: skip
+
+# /generate's sampling_params the router carries across the handoff. Penalties and
+# min_new_tokens are refused: MD's sampler would start counting from the handoff (and SGLang's
+# own PD decode side does not count P's first token either); so are grammars (MD's grammar
+# would not have seen the handed-off ids), logit_bias, custom logit processors, stop_regex
+# (untested across the handoff), beam search and watermarks.
+SAMPLING_FIELDS = frozenset({
+    "max_new_tokens", "stop", "stop_token_ids", "temperature", "top_p", "top_k", "min_p",
+    "ignore_eos", "skip_special_tokens", "no_stop_trim", "stream_interval", "sampling_seed",
+    "spaces_between_special_tokens", "n",
 })  # fmt: skip
 
 # Values that mean the feature is off, per field (besides None / False / empty).
 _OFF_VALUES = {"n": (1,), "best_of": (1,), "top_logprobs_num": (0,), "logprobs": (0,),
                # SGLang's default, which python -m sglang.bench_serving sends with every request
-               "logprob_start_len": (-1,)}  # fmt: skip
+               "logprob_start_len": (-1,),
+               "frequency_penalty": (0, 0.0), "presence_penalty": (0, 0.0),
+               "repetition_penalty": (1, 1.0), "min_new_tokens": (0,),
+               "min_tokens": (0,)}  # fmt: skip
 
 
 def _is_off(name: str, value) -> bool:
@@ -38,3 +51,21 @@ def unsupported_fields(body: dict, served: frozenset[str]) -> list[str]:
 
 def unsupported_message(fields: list[str]) -> str:
     return f"not supported by the sglang-pdd router: {', '.join(fields)}"
+
+
+def unsupported_sampling(sampling: dict, prefix: str = "sampling_params.") -> list[str]:
+    """Names of sampling parameters the router would carry wrongly across the handoff."""
+    bad = [prefix + k for k, v in sampling.items()
+           if k not in SAMPLING_FIELDS and not _is_off(k, v)]  # fmt: skip
+    if sampling.get("n") not in (None, 1):
+        bad.append(prefix + "n")
+    if sampling.get("spaces_between_special_tokens") is False:
+        # The router detokenizes the merged output itself, with SGLang's default spacing.
+        bad.append(prefix + "spaces_between_special_tokens")
+    # A seed makes sampling reproducible only where SGLang's seeded sampler runs; RLD and MD
+    # would each draw from their own state, so a seeded request with temperature > 0 is refused
+    # (greedy ignores the seed).
+    temperature = sampling.get("temperature", 1.0)
+    if sampling.get("sampling_seed") is not None and temperature not in (0, 0.0):
+        bad.append(prefix + "sampling_seed")
+    return sorted(bad)

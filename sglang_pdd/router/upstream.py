@@ -68,7 +68,7 @@ async def stream_sse(session: aiohttp.ClientSession, url: str, body: dict,
 
 
 async def abort(session: aiohttp.ClientSession, base_url: str, rid: str) -> None:
-    """Ask a server to abort every request whose rid starts with ``rid`` (best effort, logged)."""
+    """Ask a server to abort the request ``rid`` (exact; best effort, logged)."""
     try:
         async with session.post(f"{base_url}/abort_request", json={"rid": rid}) as resp:
             await resp.read()

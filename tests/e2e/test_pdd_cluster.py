@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import random
 import subprocess
@@ -209,17 +210,29 @@ def _wait_idle(url: str, timeout: float = 120) -> dict:
         time.sleep(0.05)
 
 
-def test_client_disconnect_aborts_everywhere(pdd_cluster):
-    body = {**_body(make_prompt(random.Random(3), 900), 2000), "stream": True}
-    resp = requests.post(pdd_cluster.router_url + "/generate", json=body, stream=True, timeout=60)
-    lines = resp.iter_lines()
-    seen = 0
-    for raw in lines:
-        if raw.startswith(b"data:"):
-            seen += 1
-            if seen == 5:
-                break
-    resp.close()  # the client goes away mid-stream
+@pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
+def test_client_disconnect_aborts_everywhere(pdd_cluster, held_router, held_links, stream):
+    """A client that leaves while RLD streams and MD holds the request parked: the router ends
+    the request and aborts it on P, RLD and MD (each by its exact rid), so no instance holds
+    anything afterwards; MD's parked request would otherwise stay parked for good."""
+    rid = f"leaver-{stream}"
+    body = {**_held_body(make_prompt(random.Random(3), 900), 2000), "stream": stream, "rid": rid}
+    host, port = held_router.url.removeprefix("http://").split(":")
+    held_links.control.pause()
+    held_links.relay.arm(5)
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        conn.request("POST", "/generate", json.dumps(body), {"Content-Type": "application/json"})
+        assert held_links.relay.holding.wait(120), "RLD's stream never reached the router"
+        assert live_record(held_router.url, rid) is not None
+        conn.close()  # the client goes away
+        deadline = time.monotonic() + 120
+        while live_record(held_router.url, rid) is not None:
+            assert time.monotonic() < deadline, "the router never ended the request"
+            time.sleep(0.05)
+    finally:
+        conn.close()
+        held_links.release()
     _assert_nothing_held(pdd_cluster)
 
 
@@ -275,7 +288,29 @@ def test_fields_the_router_cannot_serve_are_refused(pdd_cluster):
     chat = {"messages": [{"role": "user", "content": "two answers"}], "max_tokens": 4, "n": 2}
     resp = requests.post(router + "/v1/chat/completions", json=chat, timeout=60)
     assert resp.status_code == 400 and "n" in resp.json()["message"]
-    ok = generate(router, {**_body("defaults are fine", 4), "return_logprob": False})
+    # Sampling state MD would not carry across the handoff: refused by name.
+    for name, value in (
+        ("frequency_penalty", 0.5),
+        ("min_new_tokens", 3),
+        ("json_schema", '{"type": "object"}'),
+        ("logit_bias", {"5": 2.0}),
+    ):
+        body = _body("penalised", 4)
+        body["sampling_params"][name] = value
+        resp = requests.post(router + "/generate", json=body, timeout=60)
+        assert resp.status_code == 400 and f"sampling_params.{name}" in resp.text, resp.text
+    seeded = {"prompt": "p", "max_tokens": 4, "temperature": 0.8, "seed": 3}
+    resp = requests.post(router + "/v1/completions", json=seeded, timeout=60)
+    assert resp.status_code == 400 and "seed" in resp.json()["message"], resp.text
+    resp = requests.post(
+        router + "/v1/completions",
+        timeout=60,
+        json={"prompt": "p", "max_tokens": 4, "presence_penalty": 1.0},
+    )
+    assert resp.status_code == 400 and "presence_penalty" in resp.json()["message"], resp.text
+    off = _body("defaults are fine", 4)
+    off["sampling_params"].update(frequency_penalty=0.0, repetition_penalty=1.0, sampling_seed=7)
+    ok = generate(router, {**off, "return_logprob": False})
     assert ok.status == 200 and len(ok.output_ids) == 4
 
 

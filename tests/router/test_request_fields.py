@@ -7,6 +7,7 @@ from sglang_pdd.router.request_fields import (
     OPENAI_FIELDS,
     unsupported_fields,
     unsupported_message,
+    unsupported_sampling,
 )
 
 
@@ -38,3 +39,37 @@ def test_bench_serving_default_body_is_accepted():
     assert unsupported_fields({**body, "logprob_start_len": 3}, GENERATE_FIELDS) == [
         "logprob_start_len"
     ]
+
+
+def test_sampling_params_that_the_handoff_would_break_are_refused():
+    sampling = {"temperature": 0.0, "max_new_tokens": 8, "frequency_penalty": 0.5,
+                "presence_penalty": 0.0, "repetition_penalty": 1.0, "min_new_tokens": 4,
+                "json_schema": "{}", "regex": None, "logit_bias": {"5": 1.0},
+                "stop_regex": "x", "custom_params": {}}  # fmt: skip
+    assert unsupported_sampling(sampling) == [
+        "sampling_params.frequency_penalty", "sampling_params.json_schema",
+        "sampling_params.logit_bias", "sampling_params.min_new_tokens",
+        "sampling_params.stop_regex",
+    ]  # fmt: skip
+    carried = {"temperature": 0.7, "top_p": 0.9, "top_k": 20, "min_p": 0.0, "stop": ["a"],
+               "stop_token_ids": [2], "ignore_eos": True, "skip_special_tokens": False,
+               "no_stop_trim": True, "n": 1, "stream_interval": 2}  # fmt: skip
+    assert unsupported_sampling(carried) == []
+
+
+def test_seeds_are_refused_where_they_would_be_broken():
+    assert unsupported_sampling({"temperature": 0.0, "sampling_seed": 3}) == []
+    assert unsupported_sampling({"sampling_seed": 3}) == ["sampling_params.sampling_seed"]
+    assert unsupported_sampling({"temperature": 0.8, "sampling_seed": 3}, prefix="") == [
+        "sampling_seed"
+    ]
+    assert unsupported_sampling({"n": 2, "spaces_between_special_tokens": False}) == [
+        "sampling_params.n", "sampling_params.spaces_between_special_tokens"]  # fmt: skip
+
+
+def test_openai_penalties_are_refused_unless_off():
+    body = {"model": "m", "prompt": "p", "frequency_penalty": 0.0, "presence_penalty": 0,
+            "repetition_penalty": 1.0, "min_tokens": 0}  # fmt: skip
+    assert unsupported_fields(body, OPENAI_FIELDS) == []
+    body = {**body, "frequency_penalty": 0.3, "min_tokens": 2}
+    assert unsupported_fields(body, OPENAI_FIELDS) == ["frequency_penalty", "min_tokens"]
