@@ -17,7 +17,9 @@ RECORD = PatchRecord(
     ),
     how=(
         "Before the scheduler is built, install server_args._pdd as the process's config; "
-        "after, give a Main-Decode scheduler its MainDecodeState (control socket), and log "
+        "after, refuse server modes a Main-Decode cannot serve (TP/PP/DP > 1, overlap "
+        "scheduler, speculative decoding: they are resolved only here), give a Main-Decode "
+        "scheduler its MainDecodeState (control socket), and log "
         "one line naming the pid, the role, the hooks applied in this process, and whether "
         "the sgl_kernel stand-in is active."
     ),
@@ -43,6 +45,14 @@ def hook(original, self, server_args, *args, **kwargs):
     config = pdd_config.current()
     if config.role == "main":
         from sglang_pdd.main_decode.state import MainDecodeState
+
+        pdd_config.check_main_decode_modes(
+            tp_size=int(getattr(server_args, "tp_size", 1) or 1),
+            pp_size=int(getattr(server_args, "pp_size", 1) or 1),
+            dp_size=int(getattr(server_args, "dp_size", 1) or 1),
+            overlap=bool(getattr(self, "enable_overlap", False)),
+            speculative=getattr(server_args, "speculative_algorithm", None),
+        )
 
         vocab = getattr(getattr(self, "model_config", None), "vocab_size", None)
         self._pdd_main = MainDecodeState(config.control_port, vocab_size=vocab)

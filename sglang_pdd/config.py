@@ -58,6 +58,26 @@ class PddServerConfig:
             )
 
 
+def check_main_decode_modes(*, tp_size: int, pp_size: int, dp_size: int, overlap: bool,
+                            speculative: str | None) -> None:  # fmt: skip
+    """Refuse SGLang server modes a Main-Decode cannot serve yet, naming the flag to change.
+
+    The handoff extend runs from inside the decode queue on one rank: every rank of a TP/PP/DP
+    group would bind the control port and only one would get the handoff; under the overlap
+    scheduler the extend would bypass the deferred result processing; a speculative decoder
+    would not have drafted over the handed-off ids."""
+    problems = []
+    for flag, value in (("--tp-size", tp_size), ("--pp-size", pp_size), ("--dp-size", dp_size)):
+        if value != 1:
+            problems.append(f"{flag} {value} (Main-Decode runs on one rank: use {flag} 1)")
+    if overlap:
+        problems.append("the overlap scheduler (pass --disable-overlap-schedule)")
+    if speculative:
+        problems.append(f"--speculative-algorithm {speculative} (leave it unset)")
+    if problems:
+        raise ValueError("--pdd-role main does not support " + "; ".join(problems))
+
+
 _current = PddServerConfig()
 
 

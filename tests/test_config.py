@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_pdd.config import PddServerConfig
+from sglang_pdd.config import PddServerConfig, check_main_decode_modes
 from sglang_pdd.patches import server_args_from_cli
 from sglang_pdd.transfer.wan_link import WanLinkConfig
 
@@ -59,3 +59,14 @@ def test_contradictions_are_refused_naming_the_flags(overrides, message):
 def test_unknown_role_lists_the_accepted_values():
     with pytest.raises(ValueError, match="accepted values are none, prefill, relay, main"):
         PddServerConfig(role="decode")
+
+
+def test_main_decode_refuses_modes_it_cannot_serve_naming_the_flags():
+    ok = dict(tp_size=1, pp_size=1, dp_size=1, overlap=False, speculative=None)
+    check_main_decode_modes(**ok)
+    for change, flag in ((dict(tp_size=2), "--tp-size 2"), (dict(pp_size=2), "--pp-size 2"),
+                         (dict(dp_size=4), "--dp-size 4"),
+                         (dict(overlap=True), "--disable-overlap-schedule"),
+                         (dict(speculative="EAGLE"), "--speculative-algorithm EAGLE")):  # fmt: skip
+        with pytest.raises(ValueError, match=f"--pdd-role main does not support .*{flag}"):
+            check_main_decode_modes(**{**ok, **change})
