@@ -19,8 +19,13 @@ Main-Decode -> router (to the peer that sent "watch"):
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+
+from sglang_pdd.main_decode import RELAYED_RID_SUFFIX
+from sglang_pdd.prefill import MAIN_PREFILL_SUFFIX, RELAY_PREFILL_SUFFIX
 
 OPS = ("watch", "handoff", "release")
+EVENTS = ("ready", "extended", "error")
 MAX_MESSAGE_BYTES = 16 << 20  # a handoff of a million ids fits; anything larger is refused
 MAX_RID_CHARS = 512
 
@@ -58,3 +63,67 @@ def decode(payload: bytes, vocab_size: int | None = None) -> dict:
             if not isinstance(message.get("final", True), bool):
                 raise ValueError("handoff 'final' must be true or false")
     return message
+
+
+# -- router -> Main-Decode ---------------------------------------------------------------------
+def watch(rid: str) -> bytes:
+    return encode({"op": "watch", "rid": rid})
+
+
+def handoff(rid: str, token_ids: list[int], final: bool) -> bytes:
+    return encode({"op": "handoff", "rid": rid, "token_ids": list(token_ids), "final": final})
+
+
+def release(rid: str) -> bytes:
+    return encode({"op": "release", "rid": rid})
+
+
+# -- Main-Decode -> router ---------------------------------------------------------------------
+def decode_event(payload: bytes) -> dict:
+    """Parse an event from Main-Decode; raise ValueError for anything malformed."""
+    try:
+        event = json.loads(payload)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"event is not JSON: {exc}") from exc
+    if not isinstance(event, dict) or not isinstance(event.get("rid"), str):
+        raise ValueError("event needs a string 'rid'")
+    if event.get("event") not in EVENTS:
+        raise ValueError(f"unknown event {event.get('event')!r}; known: {', '.join(EVENTS)}")
+    return event
+
+
+@dataclass(frozen=True)
+class SubRids:
+    """The rids one client request ``rid`` takes on each instance (one place names them all)."""
+
+    rid: str
+
+    @property
+    def prefill(self) -> str:  # P for P-MD and P-RLD
+        return self.rid + ".p"
+
+    @property
+    def prefill_for_relay(self) -> str:  # P's send to RLD (P-RLD-MD)
+        return self.rid + RELAY_PREFILL_SUFFIX
+
+    @property
+    def prefill_for_main(self) -> str:  # P's send to MD (P-RLD-MD), a radix hit on P
+        return self.rid + MAIN_PREFILL_SUFFIX
+
+    @property
+    def relay(self) -> str:
+        return self.rid + ".relay"
+
+    @property
+    def main(self) -> str:  # MD in P-MD
+        return self.rid + ".main"
+
+    @property
+    def relayed(self) -> str:  # MD in P-RLD-MD: parked until the handoff
+        return self.rid + RELAYED_RID_SUFFIX
+
+    def on_prefill(self) -> list[str]:
+        return [self.prefill, self.prefill_for_relay, self.prefill_for_main]
+
+    def on_main(self) -> list[str]:
+        return [self.main, self.relayed]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 
 import zmq
 import zmq.asyncio
+
+from sglang_pdd.main_decode import protocol
 
 logger = logging.getLogger("sglang_pdd.router")
 
@@ -36,11 +37,12 @@ class MainControlClient:
         while True:
             payload = await self._socket.recv()
             try:
-                event = json.loads(payload)
-                queue = self._queues.get(event["rid"])
-            except (ValueError, KeyError, TypeError):
-                logger.warning("sglang-pdd router: bad event from %s: %r", self.endpoint, payload)
+                event = protocol.decode_event(payload)
+            except ValueError as exc:
+                logger.warning("sglang-pdd router: bad event from %s (%s): %r", self.endpoint,
+                               exc, payload[:200])  # fmt: skip
                 continue
+            queue = self._queues.get(event["rid"])
             for listener in self.listeners:
                 try:
                     listener(event)
@@ -49,22 +51,19 @@ class MainControlClient:
             if queue is not None:
                 queue.put_nowait(event)
 
-    async def _send(self, message: dict) -> None:
-        await self._socket.send(json.dumps(message, separators=(",", ":")).encode())
-
     async def watch(self, rid: str) -> asyncio.Queue:
         """Subscribe to ``rid``'s events; returns the queue they arrive on."""
         queue = self._queues.setdefault(rid, asyncio.Queue())
-        await self._send({"op": "watch", "rid": rid})
+        await self._socket.send(protocol.watch(rid))
         return queue
 
     async def handoff(self, rid: str, token_ids: list[int], final: bool = True) -> None:
         """Hand the tokens the client already has to Main-Decode (``final``: RLD stops)."""
-        await self._send({"op": "handoff", "rid": rid, "token_ids": token_ids, "final": final})
+        await self._socket.send(protocol.handoff(rid, token_ids, final))
 
     async def release(self, rid: str) -> None:
         """``rid`` finished on Relay-Decode: MD keeps its KV (when it lands) and ends it."""
-        await self._send({"op": "release", "rid": rid})
+        await self._socket.send(protocol.release(rid))
 
     def forget(self, rid: str) -> None:
         self._queues.pop(rid, None)

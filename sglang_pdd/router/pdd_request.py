@@ -20,7 +20,7 @@ import time
 import aiohttp
 
 from sglang_pdd.cache.prefix_blocks import block_hashes
-from sglang_pdd.main_decode import RELAYED_RID_SUFFIX
+from sglang_pdd.main_decode.protocol import SubRids
 from sglang_pdd.policy import PIPELINE_P_MD, PIPELINE_P_RLD
 from sglang_pdd.router.record import Finished, PddRecord, TokenDelta
 from sglang_pdd.router.transfers import DEFERRED, DROPPED
@@ -50,6 +50,7 @@ class PddRequestRun:
         self.router = router
         self.body = body  # /generate body with input_ids and sampling_params
         self.rid = rid
+        self.ids = SubRids(rid)  # this request's rid on each instance
         self.decision = decision
         self.prefill_url, self.relay_url, self.main = instances
         self.site = router.site(self.main)
@@ -75,6 +76,11 @@ class PddRequestRun:
         prefill = self.router.bootstrap[self.prefill_url]
         return {**self.body, "rid": rid, "bootstrap_host": prefill[0],
                 "bootstrap_port": prefill[1], "bootstrap_room": room}  # fmt: skip
+
+    def _prefill(self, rid: str, room: int):
+        """P's sub-request ``rid`` (a coroutine answering when P has sent the KV)."""
+        return post_json(self.router.session, f"{self.prefill_url}/generate",
+                         self._sub_body(rid, room))  # fmt: skip
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
@@ -111,10 +117,9 @@ class PddRequestRun:
 
     def sub_rids(self) -> dict[str, list[str]]:
         """Each instance's rids for this request (SGLang aborts by exact rid only)."""
-        rids = {self.prefill_url: [self.rid + s for s in (".p", ".p1", ".p2")],
-                self.main.url: [self.rid + ".main", self.rid + RELAYED_RID_SUFFIX]}  # fmt: skip
+        rids = {self.prefill_url: self.ids.on_prefill(), self.main.url: self.ids.on_main()}
         if self.relay_url:
-            rids[self.relay_url] = [self.rid + ".relay"]
+            rids[self.relay_url] = [self.ids.relay]
         return rids
 
     async def abort_everywhere(self) -> None:
@@ -138,8 +143,8 @@ class PddRequestRun:
         if self._transfer is not None and not self._released:
             self.site.transfers.drop(self._transfer)  # never landed: nothing to wait for
         if not self._released:  # else the background task reading MD's late events forgets it
-            self.router.control_for(self.main).forget(self.rid + RELAYED_RID_SUFFIX)
-        self.router.control_for(self.main).forget(self.rid + ".main")
+            self.router.control_for(self.main).forget(self.ids.relayed)
+        self.router.control_for(self.main).forget(self.ids.main)
 
     # -- the transfer to Main-Decode ----------------------------------------------------------
     def _try_claim(self, main_rid: str, *, learn: bool):
@@ -214,13 +219,12 @@ class PddRequestRun:
                 yield event
 
     async def _main_only(self):
-        rid = self.rid + ".main"
+        rid = self.ids.main
         control = self.router.control_for(self.main)
         events = await control.watch(rid)
         await self._claim(rid, learn=False)  # its time to MD includes P's prefill
         room = random.getrandbits(63)
-        prefill = self._spawn(post_json(self.router.session, f"{self.prefill_url}/generate",
-                                        self._sub_body(self.rid + ".p", room)))  # fmt: skip
+        prefill = self._spawn(self._prefill(self.ids.prefill, room))
         prefill.add_done_callback(self._prefill_done)
         main_q = self._stream_into_queue(self.main.url, self._sub_body(rid, room))
         async for event in self._follow_main(main_q, events, already_sent=0):
@@ -228,10 +232,9 @@ class PddRequestRun:
 
     async def _relay_only(self):
         room = random.getrandbits(63)
-        prefill = self._spawn(post_json(self.router.session, f"{self.prefill_url}/generate",
-                                        self._sub_body(self.rid + ".p", room)))  # fmt: skip
+        prefill = self._spawn(self._prefill(self.ids.prefill, room))
         prefill.add_done_callback(self._prefill_done)
-        relay_q = self._stream_into_queue(self.relay_url, self._sub_body(self.rid + ".relay", room))
+        relay_q = self._stream_into_queue(self.relay_url, self._sub_body(self.ids.relay, room))
         sent = 0
         while (chunk := await relay_q.get()) is not _END:
             if isinstance(chunk, Exception):
@@ -290,8 +293,7 @@ class PddRequestRun:
         await control.release(main_rid)
         session = self.router.session
         results = await self._report_late_transfer(events, main_rid, asyncio.gather(
-            post_json(session, f"{self.prefill_url}/generate",
-                      self._sub_body(self.rid + ".p2", room2)),
+            self._prefill(self.ids.prefill_for_main, room2),
             post_json(session, f"{self.main.url}/generate", self._sub_body(main_rid, room2)),
             return_exceptions=True,
         ))  # fmt: skip
@@ -313,13 +315,12 @@ class PddRequestRun:
         raise fallback
 
     async def _relayed(self):
-        relay_rid, main_rid = self.rid + ".relay", self.rid + RELAYED_RID_SUFFIX
+        relay_rid, main_rid = self.ids.relay, self.ids.relayed
         control = self.router.control_for(self.main)
         events = await control.watch(main_rid)
         room1, room2 = random.getrandbits(63), random.getrandbits(63)
         session = self.router.session
-        prefill1 = self._spawn(post_json(session, f"{self.prefill_url}/generate",
-                                         self._sub_body(self.rid + ".p1", room1)))  # fmt: skip
+        prefill1 = self._spawn(self._prefill(self.ids.prefill_for_relay, room1))
         prefill1.add_done_callback(self._prefill_done)
         relay_q = self._stream_into_queue(self.relay_url, self._sub_body(relay_rid, room1))
         main_q: asyncio.Queue | None = None
@@ -333,8 +334,7 @@ class PddRequestRun:
             # when the prefill ends, as a radix hit.
             prefill1.add_done_callback(
                 lambda _t: self.site.transfers.restart_clock(main_rid))  # fmt: skip
-            prefill2 = self._spawn(post_json(session, f"{self.prefill_url}/generate",
-                                             self._sub_body(self.rid + ".p2", room2)))  # fmt: skip
+            prefill2 = self._spawn(self._prefill(self.ids.prefill_for_main, room2))
             main_q = self._stream_into_queue(self.main.url, self._sub_body(main_rid, room2))
         else:
             gate = self._spawn(self._main_gate(prefill1, main_rid))
@@ -360,9 +360,7 @@ class PddRequestRun:
                     if main_q is None:
                         # P's KV for room 1 is out; room 2 is now a radix hit on P (the gate
                         # registered its transfer).
-                        prefill2 = self._spawn(post_json(
-                            session, f"{self.prefill_url}/generate",
-                            self._sub_body(self.rid + ".p2", room2)))  # fmt: skip
+                        prefill2 = self._spawn(self._prefill(self.ids.prefill_for_main, room2))
                         main_q = self._stream_into_queue(
                             self.main.url, self._sub_body(main_rid, room2)
                         )

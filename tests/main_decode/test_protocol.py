@@ -46,3 +46,35 @@ def test_token_ids_outside_the_vocabulary_are_refused():
 def test_oversized_messages_are_refused():
     with pytest.raises(ValueError, match="exceeds"):
         protocol.decode(b" " * (protocol.MAX_MESSAGE_BYTES + 1))
+
+
+def test_router_messages_are_what_main_decode_accepts():
+    from sglang_pdd.main_decode import protocol
+
+    assert protocol.decode(protocol.watch("r")) == {"op": "watch", "rid": "r"}
+    assert protocol.decode(protocol.handoff("r", [1, 2], final=False), vocab_size=8) == {
+        "op": "handoff", "rid": "r", "token_ids": [1, 2], "final": False}  # fmt: skip
+    assert protocol.decode(protocol.release("r"))["op"] == "release"
+
+
+def test_events_are_validated_for_the_router():
+    import pytest
+
+    from sglang_pdd.main_decode import protocol
+
+    assert protocol.decode_event(b'{"event": "ready", "rid": "r"}')["event"] == "ready"
+    for bad in (b"nope", b"[]", b'{"event": "ready"}', b'{"event": "boom", "rid": "r"}'):
+        with pytest.raises(ValueError):
+            protocol.decode_event(bad)
+
+
+def test_sub_rids_name_every_instance_request_once():
+    from sglang_pdd.main_decode import is_relayed
+    from sglang_pdd.main_decode.protocol import SubRids
+    from sglang_pdd.prefill import twin_of
+
+    ids = SubRids("abc")
+    every = ids.on_prefill() + ids.on_main() + [ids.relay]
+    assert len(set(every)) == 6 and all(r.startswith("abc.") for r in every)
+    assert is_relayed(ids.relayed) and not is_relayed(ids.main)
+    assert twin_of(ids.prefill_for_main) == ids.prefill_for_relay
