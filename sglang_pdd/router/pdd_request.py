@@ -22,6 +22,7 @@ import aiohttp
 from sglang_pdd.cache.prefix_blocks import block_hashes
 from sglang_pdd.main_decode.protocol import SubRids
 from sglang_pdd.policy import PIPELINE_P_MD, PIPELINE_P_RLD
+from sglang_pdd.policy.handoff_state import CHUNK, RelayedHandoff
 from sglang_pdd.router.record import Finished, PddRecord, TokenDelta
 from sglang_pdd.router.transfers import DEFERRED, DROPPED
 from sglang_pdd.router.upstream import UpstreamError, abort, post_json, stream_sse
@@ -339,9 +340,7 @@ class PddRequestRun:
         else:
             gate = self._spawn(self._main_gate(prefill1, main_rid))
         relay_ids: list[int] = []
-        handed = 0  # ids Main-Decode has been given
-        main_ready = False  # MD reported its KV landed
-        chunk_in_flight = False  # a Catch-Up chunk was sent and its "extended" is pending
+        state = RelayedHandoff(self.router.handoff_policy)
         while True:
             waiters = {asyncio.ensure_future(relay_q.get()): "relay",
                        asyncio.ensure_future(events.get()): "event"}  # fmt: skip
@@ -375,6 +374,7 @@ class PddRequestRun:
                     if len(ids) > len(relay_ids):
                         yield self._delta(ids[len(relay_ids) :], "relay")
                         relay_ids = list(ids)
+                        state.relay_progress(len(relay_ids))
                     if value["meta_info"].get("finish_reason"):
                         # Finished on RLD before MD took over: MD lets the KV land, keeps it
                         # in its radix cache (aligned with P's) and ends the request.
@@ -401,33 +401,23 @@ class PddRequestRun:
                                        self.prompt_tokens, self.record)  # fmt: skip
                         return
                 elif value.get("event") == "ready":
-                    main_ready = True
+                    state.main_ready()
                     self._note_ready(value)
                 elif value.get("event") == "extended":
-                    chunk_in_flight = False
+                    state.chunk_extended()
                 elif value.get("event") == "error":
                     raise UpstreamError(500, {"error": {"message": value.get("message")}})
-            # Hand off once MD is ready and RLD has produced at least one id (MD needs the
-            # client's ids to extend over; when MD is ready before RLD's first token reaches
-            # the router, that first token triggers a handoff of exactly one id).
-            if not main_ready or chunk_in_flight or len(relay_ids) <= handed:
+            step = state.next_step(self.router.relay_load(self.relay_url))
+            if step is None:
                 continue
-            backlog = len(relay_ids) - handed
-            plan = self.router.handoff_policy.plan(backlog, self.router.relay_load(self.relay_url))
-            self.record.handoff_mode = self.record.handoff_mode or plan.mode
-            # A Catch-Up chunk keeps the newest id back: the final handoff must bring at least
-            # one id whose KV Main-Decode has not built.
-            chunk = min(plan.tokens_now, backlog - 1)
-            if plan.relay_continues and chunk > 0:
-                handed += chunk
-                chunk_in_flight = True
-                self.record.handoff_chunks += 1
-                await control.handoff(main_rid, relay_ids[:handed], final=False)
+            self.record.handoff_mode = state.mode
+            self.record.handoff_chunks = state.chunks
+            if step.kind == CHUNK:
+                await control.handoff(main_rid, relay_ids[: step.upto], final=False)
                 continue
             self.record.handoff_s = self._since()
-            self.record.handoff_tokens = len(relay_ids)
-            self.record.handoff_chunks += 1
-            await control.handoff(main_rid, relay_ids, final=True)
+            self.record.handoff_tokens = step.upto
+            await control.handoff(main_rid, relay_ids[: step.upto], final=True)
             # RLD's abort runs beside MD's takeover: MD's first token must not wait for it.
             self.router.run_in_background(abort(session, self.relay_url, relay_rid))
             break

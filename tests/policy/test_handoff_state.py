@@ -1,0 +1,93 @@
+"""Every transition of one relayed request's handoff, without servers."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_pdd.policy.handoff import HandoffPolicy, HandoffPolicyConfig
+from sglang_pdd.policy.handoff_state import CHUNK, FINAL, HandoffStep, RelayedHandoff
+
+
+def _state(mode="one-shot", threshold=4, chunk=64, busy=0.5) -> RelayedHandoff:
+    return RelayedHandoff(HandoffPolicy(HandoffPolicyConfig(
+        mode=mode, catchup_threshold_tokens=threshold, catchup_chunk_tokens=chunk,
+        auto_relay_busy_fraction=busy)))  # fmt: skip
+
+
+def test_nothing_before_main_decode_is_ready():
+    state = _state()
+    state.relay_progress(30)
+    assert state.next_step(0.0) is None and state.chunks == 0
+
+
+def test_ready_before_the_first_id_waits_for_it_then_hands_one():
+    state = _state()
+    state.main_ready()
+    assert state.next_step(0.0) is None  # MD needs an id it has not been handed
+    state.relay_progress(1)
+    assert state.next_step(0.0) == HandoffStep(FINAL, 1)
+    assert (state.done, state.handed, state.chunks, state.mode) == (True, 1, 1, "one-shot")
+
+
+def test_one_shot_hands_everything_once_then_nothing_more():
+    state = _state()
+    state.relay_progress(37)
+    state.main_ready()
+    assert state.next_step(0.0) == HandoffStep(FINAL, 37)
+    state.relay_progress(40)  # RLD's late ids are never sent
+    assert state.next_step(0.0) is None
+
+
+def test_catch_up_sends_chunks_keeping_the_newest_id_back_then_the_rest():
+    state = _state("catch-up")
+    state.relay_progress(150)
+    state.main_ready()
+    assert state.next_step(0.0) == HandoffStep(CHUNK, 64)
+    state.relay_progress(160)
+    assert state.next_step(0.0) is None  # the chunk's extend is pending
+    state.chunk_extended()
+    assert state.next_step(0.0) == HandoffStep(CHUNK, 128)
+    state.chunk_extended()
+    # 32 behind: a chunk of 31, never all 32 (the final handoff needs a new id).
+    assert state.next_step(0.0) == HandoffStep(CHUNK, 159)
+    state.chunk_extended()
+    assert state.next_step(0.0) == HandoffStep(FINAL, 160)
+    assert (state.chunks, state.mode) == (4, "catch-up")
+
+
+def test_catch_up_with_a_small_backlog_is_one_final_step():
+    state = _state("catch-up")
+    state.relay_progress(3)
+    state.main_ready()
+    assert state.next_step(0.0) == HandoffStep(FINAL, 3)
+
+
+def test_catch_up_never_sends_an_empty_chunk():
+    state = _state("catch-up", threshold=1, chunk=64)
+    state.relay_progress(2)
+    state.main_ready()
+    # backlog 2 > threshold 1, but a chunk would have to keep 1 back: chunk 1, then final.
+    assert state.next_step(0.0) == HandoffStep(CHUNK, 1)
+    state.chunk_extended()
+    assert state.next_step(0.0) == HandoffStep(FINAL, 2)
+
+
+def test_auto_mode_is_fixed_by_relay_load_at_the_first_step():
+    busy = _state("auto")
+    busy.relay_progress(100)
+    busy.main_ready()
+    assert busy.next_step(0.9) == HandoffStep(FINAL, 100) and busy.mode == "one-shot"
+    idle = _state("auto")
+    idle.relay_progress(100)
+    idle.main_ready()
+    assert idle.next_step(0.1) == HandoffStep(CHUNK, 64) and idle.mode == "catch-up"
+    idle.chunk_extended()
+    # RLD got busy: the rest goes in one piece, the recorded mode stays the first one.
+    assert idle.next_step(0.9) == HandoffStep(FINAL, 100) and idle.mode == "catch-up"
+
+
+def test_a_stream_that_goes_back_is_refused():
+    state = _state()
+    state.relay_progress(5)
+    with pytest.raises(ValueError, match="went back"):
+        state.relay_progress(4)
