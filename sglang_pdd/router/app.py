@@ -156,6 +156,10 @@ async def generate(request: web.Request) -> web.StreamResponse:
     except _DISCONNECTED:
         await events.aclose()
         raise
+    except UpstreamError as exc:
+        # The status line is gone: like SGLang, the error travels as the stream's last chunk.
+        await _sse(resp, exc.body if "error" in exc.body else {"error": exc.body})
+        await _sse(resp, "[DONE]")
     return resp
 
 
@@ -211,6 +215,10 @@ async def _openai(request: web.Request, kind: str) -> web.StreamResponse:
     except _DISCONNECTED:
         await events.aclose()
         raise
+    except UpstreamError as exc:
+        # The status line is gone: like SGLang, the error travels as the stream's last chunk.
+        await _sse(resp, exc.body if "error" in exc.body else {"error": exc.body})
+        await _sse(resp, "[DONE]")
     return resp
 
 

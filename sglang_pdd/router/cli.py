@@ -90,6 +90,19 @@ def build_parser() -> argparse.ArgumentParser:
         "SGLang's 5 s keep-alive minus the link's RTT (0: a new connection per request)",
     )
     p.add_argument(
+        "--upstream-connect-timeout-s",
+        type=float,
+        default=10.0,
+        help="give up connecting to an instance after this long (the request gets a 502)",
+    )
+    p.add_argument(
+        "--upstream-idle-timeout-s",
+        type=float,
+        default=600.0,
+        help="end a request whose decoding instance sends nothing for this long (504, aborted "
+        "everywhere); a Main-Decode parked before the handoff is exempt until the handoff",
+    )
+    p.add_argument(
         "--main-transfer-start",
         default="with-prefill",
         choices=MAIN_TRANSFER_STARTS,
@@ -152,6 +165,8 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         host=args.host, port=args.port, pipeline=pipeline, handoff=handoff,
         wan_bandwidth_mbps=args.wan_bandwidth_mbps, wan_rtt_ms=args.wan_rtt_ms,
         tokenizer_path=args.tokenizer_path, upstream_keepalive_s=args.upstream_keepalive_s,
+        upstream_connect_timeout_s=args.upstream_connect_timeout_s,
+        upstream_idle_timeout_s=args.upstream_idle_timeout_s,
         main_transfer_start=args.main_transfer_start,
         incremental_streaming_output=args.incremental_streaming_output,
     )  # fmt: skip

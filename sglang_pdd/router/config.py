@@ -40,6 +40,12 @@ class RouterConfig:
     # connections after SGLANG_TIMEOUT_KEEP_ALIVE (5 s); a request sent on one the server is
     # closing fails, and over a WAN that window widens by the RTT. 0: a new connection each time.
     upstream_keepalive_s: float = 2.0
+    # Connecting to an instance, and a decoding instance's stream going silent, are bounded:
+    # past these the request ends with a 502/504 naming the instance (and is aborted
+    # everywhere). A Main-Decode stream parked before the handoff is silent by design: its idle
+    # clock starts at the final handoff.
+    upstream_connect_timeout_s: float = 10.0
+    upstream_idle_timeout_s: float = 600.0
     # P-RLD-MD: when Main-Decode's copy of the KV is requested from P. "with-prefill": at once,
     # beside Relay-Decode's (P holds it until the prefill ends; MD's KV leaves when it does);
     # "after-relay": once P answered Relay-Decode's request (the earlier behaviour, for
@@ -73,6 +79,12 @@ class RouterConfig:
         if self.upstream_keepalive_s < 0:
             raise ValueError(f"--upstream-keepalive-s must be >= 0 (0: no reuse), got "
                              f"{self.upstream_keepalive_s}")  # fmt: skip
+        for flag, value in (
+            ("--upstream-connect-timeout-s", self.upstream_connect_timeout_s),
+            ("--upstream-idle-timeout-s", self.upstream_idle_timeout_s),
+        ):
+            if not value > 0:
+                raise ValueError(f"{flag} must be > 0 seconds, got {value}")
         if self.main_transfer_start not in MAIN_TRANSFER_STARTS:
             raise ValueError(f"--main-transfer-start must be one of "
                              f"{', '.join(MAIN_TRANSFER_STARTS)}, got "

@@ -34,14 +34,43 @@ _END = object()
 DEPENDENCY_TIMEOUT_S = 60
 
 
-async def _pump(stream, queue: asyncio.Queue) -> None:
-    """Copy an upstream SSE stream into ``queue``; an exception is queued, then the end mark."""
+async def _pump(stream, queue: asyncio.Queue, url: str, idle_limit) -> None:
+    """Copy an upstream SSE stream into ``queue``; an exception is queued, then the end mark.
+
+    ``idle_limit()``: how long the stream may stay silent now (None: no limit); checked every
+    second, so that a limit set later (at the handoff) applies to a wait already running."""
+    it = aiter(stream)
     try:
-        async for chunk in stream:
-            queue.put_nowait(chunk)
+        while True:
+            step = asyncio.ensure_future(anext(it))
+            silent_since = time.monotonic()
+            try:
+                while not step.done():
+                    await asyncio.wait({step}, timeout=1.0)
+                    limit = idle_limit()
+                    if not step.done() and limit is not None and (
+                            time.monotonic() - silent_since > limit):  # fmt: skip
+                        raise UpstreamError(504, {"error": {"message": (
+                            f"{url} sent nothing for {limit:g} s "
+                            "(--upstream-idle-timeout-s)"), "code": 504}})  # fmt: skip
+            finally:
+                if not step.done():
+                    step.cancel()
+            try:
+                queue.put_nowait(step.result())
+            except StopAsyncIteration:
+                break
     except Exception as exc:  # noqa: BLE001 - handed to the consumer, which raises it
-        queue.put_nowait(exc)
+        queue.put_nowait(_as_upstream_error(exc, url))
     queue.put_nowait(_END)
+
+
+def _as_upstream_error(exc: Exception, url: str) -> Exception:
+    """An instance that cannot be reached or that broke its stream: a 502 naming it."""
+    if isinstance(exc, aiohttp.ClientError | TimeoutError):
+        return UpstreamError(502, {"error": {"message": f"{url}: {type(exc).__name__}: {exc}",
+                                             "code": 502}})  # fmt: skip
+    return exc
 
 
 class PddRequestRun:
@@ -65,6 +94,7 @@ class PddRequestRun:
         self._released = False  # finished on RLD; MD still receives (and caches) the KV
         self._transfer = None  # this request's registered transfer to MD
         self._last_relay_s = 0.0
+        self._handed_off = False  # the final handoff was sent to MD
         self.site.active += 1
         router.prefill_active[self.prefill_url] += 1
         self._counted = True
@@ -88,12 +118,15 @@ class PddRequestRun:
         self._tasks.append(task)
         return task
 
-    def _stream_into_queue(self, url: str, body: dict) -> asyncio.Queue:
+    def _stream_into_queue(self, url: str, body: dict, parked: bool = False) -> asyncio.Queue:
+        """Stream ``url``'s answer to ``body`` into a queue. ``parked``: a relayed MD stream,
+        silent until the final handoff, when its idle limit starts."""
         queue: asyncio.Queue = asyncio.Queue()
         incremental = self.router.incremental_streams.get(url, False)
-        queue.task = self._spawn(
-            _pump(stream_sse(self.router.session, f"{url}/generate", body, incremental), queue)
-        )
+        limit = self.router.config.upstream_idle_timeout_s
+        stream = stream_sse(self.router.session, f"{url}/generate", body, incremental)
+        idle = (lambda: limit if self._handed_off else None) if parked else (lambda: limit)
+        queue.task = self._spawn(_pump(stream, queue, url, idle))
         return queue
 
     def _detach(self, *tasks: asyncio.Task) -> None:
@@ -336,7 +369,8 @@ class PddRequestRun:
             prefill1.add_done_callback(
                 lambda _t: self.site.transfers.restart_clock(main_rid))  # fmt: skip
             prefill2 = self._spawn(self._prefill(self.ids.prefill_for_main, room2))
-            main_q = self._stream_into_queue(self.main.url, self._sub_body(main_rid, room2))
+            main_q = self._stream_into_queue(self.main.url, self._sub_body(main_rid, room2),
+                                             parked=True)  # fmt: skip
         else:
             gate = self._spawn(self._main_gate(prefill1, main_rid))
         relay_ids: list[int] = []
@@ -361,7 +395,7 @@ class PddRequestRun:
                         # registered its transfer).
                         prefill2 = self._spawn(self._prefill(self.ids.prefill_for_main, room2))
                         main_q = self._stream_into_queue(
-                            self.main.url, self._sub_body(main_rid, room2)
+                            self.main.url, self._sub_body(main_rid, room2), parked=True
                         )
                 elif kind == "relay":
                     if value is _END:
@@ -417,6 +451,7 @@ class PddRequestRun:
                 continue
             self.record.handoff_s = self._since()
             self.record.handoff_tokens = step.upto
+            self._handed_off = True
             await control.handoff(main_rid, relay_ids[: step.upto], final=True)
             # RLD's abort runs beside MD's takeover: MD's first token must not wait for it.
             self.router.run_in_background(abort(session, self.relay_url, relay_rid))

@@ -70,9 +70,8 @@ class RouterState:
             force_close=keepalive == 0,
             keepalive_timeout=keepalive if keepalive > 0 else None,
         )
-        self.session = aiohttp.ClientSession(
-            connector=connector, timeout=aiohttp.ClientTimeout(total=None)
-        )
+        self.session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(
+            total=None, sock_connect=self.config.upstream_connect_timeout_s))  # fmt: skip
         for url in self.config.prefill:
             info = await self._get(f"{url}/get_server_info")
             host = url.split("://", 1)[1].rsplit(":", 1)[0]
@@ -104,12 +103,16 @@ class RouterState:
                     load = data["loads"][0]
                     running = load["num_running_reqs"] / max(load["max_running_requests"], 1)
                     self.relay_loads[url] = max(float(load["token_usage"]), running)
-                except (aiohttp.ClientError, KeyError, IndexError, TypeError, ValueError) as exc:
+                except (aiohttp.ClientError, TimeoutError, KeyError, IndexError, TypeError,
+                        ValueError) as exc:  # fmt: skip
                     logger.debug("sglang-pdd router: no load from %s: %s", url, exc)
             await asyncio.sleep(interval_s)
 
     async def _get(self, url: str) -> dict:
-        async with self.session.get(url) as resp:
+        cfg = self.config
+        timeout = aiohttp.ClientTimeout(total=cfg.upstream_idle_timeout_s,
+                                        sock_connect=cfg.upstream_connect_timeout_s)  # fmt: skip
+        async with self.session.get(url, timeout=timeout) as resp:
             resp.raise_for_status()
             return await resp.json(content_type=None)
 

@@ -204,7 +204,7 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
                  **overrides) -> ServerProcess:  # fmt: skip
     """Start a(nother) router in front of ``cluster``; ``overrides`` replace config fields
     (``handoff_mode``, ``catchup_threshold``, ``catchup_chunk``, ``ttft_slo_s``,
-    ``upstream_keepalive_s``, ``auto_relay_busy_fraction``), and
+    ``upstream_keepalive_s``, ``auto_relay_busy_fraction``, ``upstream_idle_timeout_s``), and
     ``relay_url`` reaches Relay-Decode another way (e.g. through a slow proxy), ``mains`` replaces
     the Main-Decodes it routes to."""
     cfg = cluster.config
@@ -213,6 +213,7 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
             "upstream_keepalive_s": 2.0, "auto_relay_busy_fraction": 0.8,
             "main_transfer_start": "with-prefill",
             "incremental_streaming_output": cfg.incremental_streams,
+            "upstream_idle_timeout_s": 600.0,
             **overrides}  # fmt: skip
     port = free_port()
     router = group.launch_command(name, _cli(
@@ -225,6 +226,7 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
         "--upstream-keepalive-s", str(opts["upstream_keepalive_s"]),
         "--auto-relay-busy-fraction", str(opts["auto_relay_busy_fraction"]),
         "--main-transfer-start", opts["main_transfer_start"],
+        "--upstream-idle-timeout-s", str(opts["upstream_idle_timeout_s"]),
         *(("--incremental-streaming-output",) if opts["incremental_streaming_output"] else ()),
         "--wan-bandwidth-mbps", str(cfg.wan.bandwidth_mbps),
         "--wan-rtt-ms", str(2 * cfg.wan.one_way_delay_ms)), port)  # fmt: skip

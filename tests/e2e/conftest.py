@@ -93,6 +93,13 @@ def held_router(server_group, pdd_cluster, held_links):
 
 
 @pytest.fixture(scope="session")
+def impatient_router(server_group, pdd_cluster, held_links):
+    """A One-Shot router that ends a request whose decoding instance is silent for 2 s."""
+    return _held_router(server_group, pdd_cluster, held_links, "router-impatient",
+                        upstream_idle_timeout_s=2.0)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
 def catchup_router(server_group, pdd_cluster, held_links):
     """A Catch-Up router on the cluster's instances, over ``held_links``."""
     return _held_router(server_group, pdd_cluster, held_links, "router-catchup",

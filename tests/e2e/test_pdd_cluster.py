@@ -236,6 +236,27 @@ def test_client_disconnect_aborts_everywhere(pdd_cluster, held_router, held_link
     _assert_nothing_held(pdd_cluster)
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
+def test_a_silent_relay_ends_the_request_within_the_idle_limit(impatient_router, held_links,
+                                                               pdd_cluster, stream):  # fmt: skip
+    """RLD's stream stops reaching the router (held at 3 ids) and MD never becomes ready: the
+    request ends after --upstream-idle-timeout-s with an error naming it (a 504, or the
+    stream's last chunk), and is aborted on every instance."""
+    body = _held_body(make_prompt(random.Random(8), 300), 400)
+    held_links.control.pause()
+    held_links.relay.arm(3)
+    try:
+        got = generate(impatient_router.url, body, stream=stream)
+    finally:
+        held_links.release()
+    if stream:
+        assert got.status == 200 and got.output_ids == [], got.body
+    else:
+        assert got.status == 504, got.body
+    assert "--upstream-idle-timeout-s" in json.dumps(got.body), got.body
+    _assert_nothing_held(pdd_cluster)
+
+
 def _assert_nothing_held(cluster) -> None:
     for server in (cluster.prefill, cluster.relay, cluster.main):
         load = _wait_idle(server.url)

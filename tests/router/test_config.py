@@ -31,6 +31,8 @@ def test_flags_map_onto_the_config():
     ("extra", "flag"),
     [
         (["--upstream-keepalive-s", "-1"], "--upstream-keepalive-s"),
+        (["--upstream-connect-timeout-s", "0"], "--upstream-connect-timeout-s"),
+        (["--upstream-idle-timeout-s", "-5"], "--upstream-idle-timeout-s"),
         (["--port", "70000"], "--port"),
         (["--wan-bandwidth-mbps", "0"], "--wan-bandwidth-mbps"),
         (["--main", "http://127.0.0.2:5"], "--main-control"),  # one control socket too few
