@@ -55,7 +55,8 @@ def hook(original, self, server_args, *args, **kwargs):
         )
 
         vocab = getattr(getattr(self, "model_config", None), "vocab_size", None)
-        self._pdd_main = MainDecodeState(config.control_port, vocab_size=vocab)
+        self._pdd_main = MainDecodeState(config.control_port, host=config.control_host,
+                                         vocab_size=vocab)  # fmt: skip
     logger.warning(
         "%s pid=%d role=%s cpu_kernel_standin=%s targets=%s",
         MARKER,

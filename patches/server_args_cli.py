@@ -50,6 +50,11 @@ def hook(result, parser, *args, **kwargs):
         help="Main-Decode: TCP port of the handoff control socket the router connects to.",
     )  # fmt: skip
     group.add_argument(
+        "--pdd-control-host", default="0.0.0.0",
+        help="Main-Decode: address the control socket binds (name the interface the router "
+        "reaches it on; 0.0.0.0: every interface).",
+    )  # fmt: skip
+    group.add_argument(
         "--pdd-log-transfers", action="store_true",
         help="Log every KV transfer call (destination and bytes) of this server.",
     )  # fmt: skip

@@ -48,6 +48,7 @@ def hook(server_args, cls, args, *rest, **kwargs):
         wan_hosts=tuple(h.strip() for h in args.pdd_wan_hosts.split(",") if h.strip()),
         wan=wan,
         control_port=args.pdd_control_port,
+        control_host=getattr(args, "pdd_control_host", "0.0.0.0"),
         log_transfers=args.pdd_log_transfers,
     )
     config.check_against(

@@ -26,6 +26,7 @@ class PddServerConfig:
     wan: WanLinkConfig | None = None
     # Main-Decode only: TCP port of the handoff control socket (ZeroMQ).
     control_port: int = 0
+    control_host: str = "0.0.0.0"  # the interface the control socket binds
     log_transfers: bool = False
 
     def __post_init__(self) -> None:
@@ -40,6 +41,11 @@ class PddServerConfig:
             raise ValueError("--pdd-role main needs --pdd-control-port in 1..65535")
         if self.role != "main" and self.control_port:
             raise ValueError("--pdd-control-port is only accepted with --pdd-role main")
+        if self.role != "main" and self.control_host != "0.0.0.0":
+            raise ValueError("--pdd-control-host is only accepted with --pdd-role main")
+        if not self.control_host or any(c.isspace() or c in "/:" for c in self.control_host):
+            raise ValueError(f"--pdd-control-host takes an IPv4 address or host name, got "
+                             f"{self.control_host!r}")  # fmt: skip
 
     def check_against(self, disaggregation_mode: str, decode_radix_cache: bool) -> None:
         """Refuse combinations with SGLang's own flags that cannot work."""

@@ -49,6 +49,17 @@ def test_emulated_link():
         ),
         ({"pdd_role": "main", "disaggregation_mode": "decode"}, "--pdd-control-port"),
         ({"pdd_control_port": 5600}, "only accepted with --pdd-role main"),
+        ({"pdd_control_host": "10.0.0.5"}, "--pdd-control-host is only accepted"),
+        (
+            {
+                "pdd_role": "main",
+                "disaggregation_mode": "decode",
+                "pdd_control_port": 5600,
+                "disaggregation_decode_enable_radix_cache": True,
+                "pdd_control_host": "tcp://x",
+            },
+            "--pdd-control-host takes",
+        ),
     ],
 )
 def test_contradictions_are_refused_naming_the_flags(overrides, message):

@@ -66,10 +66,24 @@ class MainDecodeState:
                 logger.warning("sglang-pdd: control message without 'op' dropped")
                 continue
             rid = message["rid"]
+            owner = self.watchers.get(rid)
+            if owner is not None and owner != identity:
+                # A peer acts only on requests it watched first: no other peer may redirect
+                # their events, release them or hand them tokens.
+                logger.warning("sglang-pdd: %s for %s from a peer that does not own it refused",
+                               message["op"], rid)  # fmt: skip
+                self.socket.send_multipart([identity, protocol.encode(
+                    {"event": "error", "rid": rid,
+                     "message": "refused: another peer owns this request"})])  # fmt: skip
+                continue
             if message["op"] == "watch":
                 self.watchers[rid] = identity
                 if rid in self.parked:
                     self._send(rid, self._ready_event(self.parked[rid]))
+            elif owner is None:
+                self.socket.send_multipart([identity, protocol.encode(
+                    {"event": "error", "rid": rid,
+                     "message": f"refused: {message['op']} before watch"})])  # fmt: skip
             elif message["op"] == "release":
                 self.releases.add(rid)
             else:

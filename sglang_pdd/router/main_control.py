@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 
 import zmq
 import zmq.asyncio
@@ -22,6 +23,9 @@ class MainControlClient:
         self._ctx = zmq.asyncio.Context.instance()
         self._socket = self._ctx.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
+        # A fixed identity survives reconnects: Main-Decode keeps routing this router's events
+        # to it, and only this router may act on the requests it watched.
+        self._socket.setsockopt(zmq.ROUTING_ID, f"pdd-router-{uuid.uuid4().hex}".encode())
         self._socket.connect(endpoint)
         self._queues: dict[str, asyncio.Queue] = {}
         self._reader: asyncio.Task | None = None

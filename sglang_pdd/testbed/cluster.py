@@ -106,6 +106,7 @@ def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 60
     for i in range(cfg.mains):
         control_port, events_port = free_port(), free_port()
         extra = ("--pdd-role", "main", "--pdd-control-port", str(control_port),
+                 "--pdd-control-host", "127.0.0.1",  # reached through the WAN proxies
                  "--disaggregation-decode-enable-radix-cache", *streams)  # fmt: skip
         if cfg.kv_events:
             extra += ("--kv-events-config", kv_events_config(events_port))
@@ -171,6 +172,7 @@ def add_main_decode(group: ServerGroup, cluster: PddCluster, name: str) -> MainD
     cfg = cluster.config
     control_port, events_port = free_port(), free_port()
     extra = ("--pdd-role", "main", "--pdd-control-port", str(control_port),
+             "--pdd-control-host", "127.0.0.1",
              "--disaggregation-decode-enable-radix-cache")  # fmt: skip
     if cfg.incremental_streams:
         extra += ("--incremental-streaming-output",)

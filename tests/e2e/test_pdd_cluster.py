@@ -433,5 +433,5 @@ def test_flags_are_in_launch_server_help():
         timeout=300,
         env={**__import__("os").environ, "SGLANG_USE_CPU_ENGINE": "1"},
     )
-    for flag in ("--pdd-role", "--pdd-wan-hosts", "--pdd-control-port"):
+    for flag in ("--pdd-role", "--pdd-wan-hosts", "--pdd-control-port", "--pdd-control-host"):
         assert flag in result.stdout

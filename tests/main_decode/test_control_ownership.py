@@ -1,0 +1,57 @@
+"""Main-Decode's control socket: a peer acts only on the requests it watched (real ZeroMQ)."""
+
+from __future__ import annotations
+
+import json
+
+import zmq
+
+from sglang_pdd.main_decode import protocol
+from sglang_pdd.main_decode.state import MainDecodeState
+from sglang_pdd.testbed.ports import free_port
+
+
+def _peer(port: int, name: bytes) -> zmq.Socket:
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.ROUTING_ID, name)
+    sock.connect(f"tcp://127.0.0.1:{port}")
+    return sock
+
+
+def _deliver(state: MainDecodeState, sock: zmq.Socket, payload: bytes) -> None:
+    sock.send(payload)
+    state.poll_control(timeout_ms=10_000)  # waits for the message, then handles it
+
+
+def _reply(sock: zmq.Socket) -> dict:
+    assert sock.poll(10_000), "no reply from Main-Decode"
+    return json.loads(sock.recv())
+
+
+def test_only_the_watching_peer_may_act_on_a_request():
+    port = free_port()
+    state = MainDecodeState(port, host="127.0.0.1", vocab_size=100)
+    owner, intruder = _peer(port, b"router-a"), _peer(port, b"router-b")
+    try:
+        _deliver(state, owner, protocol.watch("r.pdd-relayed"))
+        assert state.watchers["r.pdd-relayed"] == b"router-a"
+        for message in (protocol.watch("r.pdd-relayed"), protocol.release("r.pdd-relayed"),
+                        protocol.handoff("r.pdd-relayed", [1, 2], final=True)):  # fmt: skip
+            _deliver(state, intruder, message)
+            reply = _reply(intruder)
+            assert reply["event"] == "error" and "another peer owns" in reply["message"], reply
+        assert state.watchers["r.pdd-relayed"] == b"router-a"
+        assert not state.releases and not state.handoffs
+        # Acting on a request nobody watched is refused too.
+        _deliver(state, intruder, protocol.release("other.pdd-relayed"))
+        assert "before watch" in _reply(intruder)["message"]
+        # The owner's own messages are taken.
+        _deliver(state, owner, protocol.handoff("r.pdd-relayed", [1, 2], final=False))
+        _deliver(state, owner, protocol.release("r.pdd-relayed"))
+        assert state.handoffs["r.pdd-relayed"] == ([1, 2], False)
+        assert "r.pdd-relayed" in state.releases
+    finally:
+        owner.close()
+        intruder.close()
+        state.socket.close()
