@@ -12,6 +12,8 @@ import zmq
 from sglang_pdd.main_decode import is_relayed, protocol
 
 logger = logging.getLogger("sglang_pdd")
+ABORT_MEMORY_S = 10.0  # how long an abort that found nothing parked is remembered (covers
+# an abort that overtook its request across the WAN, not a client reusing the rid later)
 
 
 class MainDecodeState:
@@ -32,6 +34,9 @@ class MainDecodeState:
         # rid -> (token ids, final), waiting for the KV or for the scheduler's next iteration.
         self.handoffs: dict[str, tuple[list[int], bool]] = {}
         self.releases: set[str] = set()  # finished on Relay-Decode: end once the KV is in
+        # Aborts that found nothing parked, by rid prefix: a relayed request whose KV lands
+        # after its abort (the abort raced the transfer's last step) is ended, not parked.
+        self.recent_aborts: dict[str, float] = {}
         logger.info("sglang-pdd: Main-Decode control socket on port %d", control_port)
 
     # -- control socket -------------------------------------------------------------------
@@ -117,6 +122,8 @@ class MainDecodeState:
             self._send(req.rid, event)
             if is_relayed(req.rid):
                 self.parked[req.rid] = req
+                if self._aborted_before_parking(req.rid):
+                    self.releases.add(req.rid)  # ends through SGLang's abort, KV cached
             else:
                 self.parked_at.pop(req.rid, None)
                 self.watchers.pop(req.rid, None)  # a P-MD request: nothing more to report
@@ -127,13 +134,22 @@ class MainDecodeState:
     def unpark_for_abort(self, scheduler, rid_prefix: str, abort_all: bool) -> None:
         """Put parked requests an abort names back in the waiting queue, where SGLang's abort
         releases them (their KV is inserted into the radix cache, so MD stays as warm as P)."""
-        for rid in [r for r in self.parked if abort_all or r.startswith(rid_prefix)]:
+        named = [r for r in self.parked if abort_all or r.startswith(rid_prefix)]
+        for rid in named:
             scheduler.waiting_queue.insert(0, self.parked.pop(rid))
             self.parked_at.pop(rid, None)
             self.handoffs.pop(rid, None)
             self.watchers.pop(rid, None)
+        if not named and rid_prefix and not abort_all:
+            self.recent_aborts[rid_prefix] = time.monotonic()
         for rid in [r for r in self.releases if abort_all or r.startswith(rid_prefix)]:
             self.releases.discard(rid)
+
+    def _aborted_before_parking(self, rid: str) -> bool:
+        cutoff = time.monotonic() - ABORT_MEMORY_S
+        for prefix in [p for p, t in self.recent_aborts.items() if t < cutoff]:
+            del self.recent_aborts[prefix]
+        return any(rid.startswith(prefix) for prefix in self.recent_aborts)
 
     def release_finished(self, scheduler) -> None:
         """End parked requests that finished on Relay-Decode, through SGLang's own abort, which

@@ -98,9 +98,14 @@ class _Run:
             completed = True
         finally:
             self.state.live.pop(self.rid, None)
-            if not completed:
-                await self.run.abort_everywhere()
-            await self.run.close()
+            # The clean-up runs as its own task: a client that leaves cancels this handler
+            # (perhaps more than once), and the aborts must still reach every instance.
+            await asyncio.shield(self.state.run_in_background(self._clean_up(completed)))
+
+    async def _clean_up(self, completed: bool) -> None:
+        if not completed:
+            await self.run.abort_everywhere()
+        await self.run.close()
 
     def meta(self, finish_reason) -> dict:
         record = self.run.record.as_dict()
@@ -154,13 +159,19 @@ async def generate(request: web.Request) -> web.StreamResponse:
             await _sse(resp, {**chunk, "meta_info": run.meta(reason)})
         await _sse(resp, "[DONE]")
     except _DISCONNECTED:
-        await events.aclose()
+        # Close the request's generator (its clean-up aborts it everywhere) in a task of its
+        # own, which a repeated cancellation of this handler cannot interrupt.
+        await asyncio.shield(state.run_in_background(_close(events)))
         raise
     except UpstreamError as exc:
         # The status line is gone: like SGLang, the error travels as the stream's last chunk.
         await _sse(resp, exc.body if "error" in exc.body else {"error": exc.body})
         await _sse(resp, "[DONE]")
     return resp
+
+
+async def _close(generator) -> None:
+    await generator.aclose()
 
 
 async def _chain(first, rest):
@@ -213,7 +224,9 @@ async def _openai(request: web.Request, kind: str) -> web.StreamResponse:
                                            first=not sent_any, usage_=use))  # fmt: skip
         await _sse(resp, "[DONE]")
     except _DISCONNECTED:
-        await events.aclose()
+        # Close the request's generator (its clean-up aborts it everywhere) in a task of its
+        # own, which a repeated cancellation of this handler cannot interrupt.
+        await asyncio.shield(state.run_in_background(_close(events)))
         raise
     except UpstreamError as exc:
         # The status line is gone: like SGLang, the error travels as the stream's last chunk.

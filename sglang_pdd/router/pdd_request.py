@@ -56,6 +56,7 @@ async def _pump(stream, queue: asyncio.Queue, url: str, idle_limit) -> None:
             finally:
                 if not step.done():
                     step.cancel()
+                step.add_done_callback(_retrieve)  # an end nobody awaits is not an error
             try:
                 queue.put_nowait(step.result())
             except StopAsyncIteration:
@@ -63,6 +64,11 @@ async def _pump(stream, queue: asyncio.Queue, url: str, idle_limit) -> None:
     except Exception as exc:  # noqa: BLE001 - handed to the consumer, which raises it
         queue.put_nowait(_as_upstream_error(exc, url))
     queue.put_nowait(_END)
+
+
+def _retrieve(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _as_upstream_error(exc: Exception, url: str) -> Exception:

@@ -55,3 +55,33 @@ def test_only_the_watching_peer_may_act_on_a_request():
         owner.close()
         intruder.close()
         state.socket.close()
+
+
+def test_an_abort_that_overtakes_its_request_still_ends_it():
+    """An abort that found nothing parked is remembered briefly: the relayed request whose KV
+    lands afterwards is ended (released), not parked for good; others park as usual."""
+    import time
+    from types import SimpleNamespace
+
+    from sglang_pdd.main_decode import state as state_module
+
+    state = MainDecodeState(free_port(), host="127.0.0.1")
+    scheduler = SimpleNamespace(
+        waiting_queue=[], tree_cache=SimpleNamespace(disable=True),
+        token_to_kv_pool_allocator=SimpleNamespace(get_kvcache=object))  # fmt: skip
+
+    def arrive(rid):
+        req = SimpleNamespace(rid=rid, origin_input_ids=[1, 2, 3], prefix_len=0)
+        scheduler.waiting_queue = [req]
+        state.park_arrivals(scheduler)
+
+    try:
+        state.unpark_for_abort(scheduler, "gone.pdd-relayed", abort_all=False)
+        state.recent_aborts["old.pdd-relayed"] = time.monotonic() - state_module.ABORT_MEMORY_S - 1
+        for rid in ("gone.pdd-relayed", "kept.pdd-relayed", "old.pdd-relayed"):
+            arrive(rid)
+        assert set(state.parked) == {"gone.pdd-relayed", "kept.pdd-relayed", "old.pdd-relayed"}
+        assert state.releases == {"gone.pdd-relayed"}
+        assert "old.pdd-relayed" not in state.recent_aborts
+    finally:
+        state.socket.close()
