@@ -34,6 +34,17 @@ def encode(message: dict) -> bytes:
     return json.dumps(message, separators=(",", ":")).encode()
 
 
+def _load(payload: bytes, what: str) -> dict:
+    """A JSON object with a string 'rid' (both directions); ValueError otherwise."""
+    try:
+        obj = json.loads(payload)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{what} is not JSON: {exc}") from exc
+    if not isinstance(obj, dict) or not isinstance(obj.get("rid"), str):
+        raise ValueError(f"{what} needs a string 'rid'")
+    return obj
+
+
 def decode(payload: bytes, vocab_size: int | None = None) -> dict:
     """Parse a control message; raise ValueError for anything malformed.
 
@@ -41,12 +52,7 @@ def decode(payload: bytes, vocab_size: int | None = None) -> dict:
     outside the embedding would crash the model's forward)."""
     if len(payload) > MAX_MESSAGE_BYTES:
         raise ValueError(f"control message of {len(payload)} bytes exceeds {MAX_MESSAGE_BYTES}")
-    try:
-        message = json.loads(payload)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"control message is not JSON: {exc}") from exc
-    if not isinstance(message, dict) or not isinstance(message.get("rid"), str):
-        raise ValueError("control message needs a string 'rid'")
+    message = _load(payload, "control message")
     if not message["rid"] or len(message["rid"]) > MAX_RID_CHARS:
         raise ValueError(f"'rid' must have 1..{MAX_RID_CHARS} characters")
     if "op" in message:
@@ -81,12 +87,7 @@ def release(rid: str) -> bytes:
 # -- Main-Decode -> router ---------------------------------------------------------------------
 def decode_event(payload: bytes) -> dict:
     """Parse an event from Main-Decode; raise ValueError for anything malformed."""
-    try:
-        event = json.loads(payload)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"event is not JSON: {exc}") from exc
-    if not isinstance(event, dict) or not isinstance(event.get("rid"), str):
-        raise ValueError("event needs a string 'rid'")
+    event = _load(payload, "event")
     if event.get("event") not in EVENTS:
         raise ValueError(f"unknown event {event.get('event')!r}; known: {', '.join(EVENTS)}")
     return event

@@ -45,6 +45,11 @@ class MainDecodeState:
         if identity is not None:
             self.socket.send_multipart([identity, protocol.encode({**event, "rid": rid})])
 
+    def _refuse(self, identity: bytes, rid: str, reason: str) -> None:
+        """Answer the sender (not the request's watcher) that its message changed nothing."""
+        self.socket.send_multipart([identity, protocol.encode(
+            {"event": "error", "rid": rid, "message": f"refused: {reason}"})])  # fmt: skip
+
     def poll_control(self, timeout_ms: int = 0) -> None:
         """Drain pending control messages (waiting up to ``timeout_ms`` for the first)."""
         if timeout_ms and not self.socket.poll(timeout_ms):
@@ -64,8 +69,7 @@ class MainDecodeState:
                 logger.warning("sglang-pdd: bad control message dropped: %s", exc)
                 rid = _rid_of(payload)
                 if rid is not None:  # tell the sender, so that its request does not hang
-                    self.socket.send_multipart([identity, protocol.encode(
-                        {"event": "error", "rid": rid, "message": f"refused: {exc}"})])  # fmt: skip
+                    self._refuse(identity, rid, str(exc))
                 continue
             if "op" not in message:
                 logger.warning("sglang-pdd: control message without 'op' dropped")
@@ -77,18 +81,14 @@ class MainDecodeState:
                 # their events, release them or hand them tokens.
                 logger.warning("sglang-pdd: %s for %s from a peer that does not own it refused",
                                message["op"], rid)  # fmt: skip
-                self.socket.send_multipart([identity, protocol.encode(
-                    {"event": "error", "rid": rid,
-                     "message": "refused: another peer owns this request"})])  # fmt: skip
+                self._refuse(identity, rid, "another peer owns this request")
                 continue
             if message["op"] == "watch":
                 self.watchers[rid] = identity
                 if rid in self.parked:
                     self._send(rid, self._ready_event(self.parked[rid]))
             elif owner is None:
-                self.socket.send_multipart([identity, protocol.encode(
-                    {"event": "error", "rid": rid,
-                     "message": f"refused: {message['op']} before watch"})])  # fmt: skip
+                self._refuse(identity, rid, f"{message['op']} before watch")
             elif message["op"] == "release":
                 self.releases.add(rid)
             else:

@@ -159,19 +159,27 @@ async def generate(request: web.Request) -> web.StreamResponse:
             await _sse(resp, {**chunk, "meta_info": run.meta(reason)})
         await _sse(resp, "[DONE]")
     except _DISCONNECTED:
-        # Close the request's generator (its clean-up aborts it everywhere) in a task of its
-        # own, which a repeated cancellation of this handler cannot interrupt.
-        await asyncio.shield(state.run_in_background(_close(events)))
+        await _abandon(state, events)
         raise
     except UpstreamError as exc:
-        # The status line is gone: like SGLang, the error travels as the stream's last chunk.
-        await _sse(resp, exc.body if "error" in exc.body else {"error": exc.body})
-        await _sse(resp, "[DONE]")
+        await _end_with_error(resp, exc)
     return resp
 
 
-async def _close(generator) -> None:
-    await generator.aclose()
+async def _abandon(state: RouterState, events) -> None:
+    """The client left: close the request's generator (its clean-up aborts it everywhere) in a
+    task of its own, which a repeated cancellation of the handler cannot interrupt."""
+
+    async def close() -> None:
+        await events.aclose()
+
+    await asyncio.shield(state.run_in_background(close()))
+
+
+async def _end_with_error(resp: web.StreamResponse, exc: UpstreamError) -> None:
+    """The status line is gone: like SGLang, the error travels as the stream's last chunk."""
+    await _sse(resp, exc.body if "error" in exc.body else {"error": exc.body})
+    await _sse(resp, "[DONE]")
 
 
 async def _chain(first, rest):
@@ -224,14 +232,10 @@ async def _openai(request: web.Request, kind: str) -> web.StreamResponse:
                                            first=not sent_any, usage_=use))  # fmt: skip
         await _sse(resp, "[DONE]")
     except _DISCONNECTED:
-        # Close the request's generator (its clean-up aborts it everywhere) in a task of its
-        # own, which a repeated cancellation of this handler cannot interrupt.
-        await asyncio.shield(state.run_in_background(_close(events)))
+        await _abandon(state, events)
         raise
     except UpstreamError as exc:
-        # The status line is gone: like SGLang, the error travels as the stream's last chunk.
-        await _sse(resp, exc.body if "error" in exc.body else {"error": exc.body})
-        await _sse(resp, "[DONE]")
+        await _end_with_error(resp, exc)
     return resp
 
 

@@ -26,7 +26,7 @@ OPENAI_FIELDS = frozenset({
 SAMPLING_FIELDS = frozenset({
     "max_new_tokens", "stop", "stop_token_ids", "temperature", "top_p", "top_k", "min_p",
     "ignore_eos", "skip_special_tokens", "no_stop_trim", "stream_interval", "sampling_seed",
-    "spaces_between_special_tokens", "n",
+    "spaces_between_special_tokens",
 })  # fmt: skip
 
 # Values that mean the feature is off, per field (besides None / False / empty).
@@ -57,8 +57,6 @@ def unsupported_sampling(sampling: dict, prefix: str = "sampling_params.") -> li
     """Names of sampling parameters the router would carry wrongly across the handoff."""
     bad = [prefix + k for k, v in sampling.items()
            if k not in SAMPLING_FIELDS and not _is_off(k, v)]  # fmt: skip
-    if sampling.get("n") not in (None, 1):
-        bad.append(prefix + "n")
     if sampling.get("spaces_between_special_tokens") is False:
         # The router detokenizes the merged output itself, with SGLang's default spacing.
         bad.append(prefix + "spaces_between_special_tokens")
