@@ -26,6 +26,8 @@ PATCH_MODULES: tuple[str, ...] = (
     "kv_transfer_queue_split",
     "prefill_twin_hold",
     "main_decode_queue",
+    "main_handoff_batch",
+    "main_admission",
     "main_abort",
     "main_idle",
 )

@@ -1,4 +1,4 @@
-"""Main-Decode's per-iteration work: park arrivals, read the control socket, run handoffs."""
+"""Main-Decode's per-iteration work: park arrivals, read the control socket, end releases."""
 
 from __future__ import annotations
 
@@ -18,10 +18,9 @@ RECORD = PatchRecord(
         "the request's end; concurrent requests sharing the prefix, and the KV events the "
         "router follows, then see it), move relayed ones (rid suffix .pdd-relayed) into the "
         "parked set and announce them on the control socket, read control messages, end "
-        "parked requests that finished on Relay-Decode (SGLang's abort caches their KV), "
-        "and run one extend batch for all parked requests whose handoff arrived "
-        "(sglang_pdd.main_decode.extend). With only parked work pending, wait on the control "
-        "socket briefly instead of spinning."
+        "parked requests that finished on Relay-Decode (SGLang's abort caches their KV). The "
+        "handoffs themselves run as batches (main_handoff_batch). With only parked work "
+        "pending, wait on the control socket briefly instead of spinning."
     ),
     remove_when="SGLang's decode scheduler supports held requests resumed by an extend.",
 )
@@ -36,19 +35,8 @@ def hook(result, self, *args, **kwargs):
     state = getattr(self, "_pdd_main", None)
     if state is None:
         return result
-    from sglang_pdd.main_decode.extend import run_handoff_extend
-
     state.park_arrivals(self)
     idle_but_parked = state.parked and self.running_batch.is_empty() and not self.waiting_queue
     state.poll_control(timeout_ms=2 if idle_but_parked else 0)
     state.release_finished(self)
-    ready = state.take_ready_handoffs()
-    if ready:
-        refused = run_handoff_extend(self, ready)
-        for req, reason in refused:
-            state.refuse(req, reason)
-        refused_reqs = {id(req) for req, _ in refused}
-        for req, token_ids, final in ready:
-            if id(req) not in refused_reqs:
-                state.notify_extended(req.rid, len(token_ids), final)
     return result

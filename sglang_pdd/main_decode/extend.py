@@ -1,34 +1,90 @@
-"""The handoff: one extend forward over the handed-off token ids, through SGLang's extend path."""
+"""The handoff as a batch SGLang schedules: one extend over the handed-off ids, then decode on.
+
+``next_handoff_batch`` is called where SGLang's decode scheduler picks its next batch. When
+handoffs are waiting it returns an extend batch built with SGLang's own
+``ScheduleBatch.prepare_for_extend`` (each request keeps its row, so its received prompt KV and
+earlier Catch-Up chunks are the prefix and only the new ids are computed). The event loop then
+runs it like any prefill: ``run_batch``, then ``process_batch_result`` samples and streams the
+next token of each final handoff, through SGLang's own sampling, logprob, grammar and metrics
+code (and, under the overlap scheduler, its deferred result processing). On the next call
+``merge_handoff_batch`` moves the finished extend into the running batch, exactly where a
+co-located server merges a finished prefill batch.
+
+A Catch-Up chunk (not final) only builds KV: it runs as a middle chunk of a chunked prefill
+(``inflight_middle_chunks``), so SGLang neither appends nor streams its sampled token
+(Relay-Decode already produced that position), and the request stays parked. SGLang skips
+streaming one middle chunk per batch, so a batch carries at most one chunk.
+
+Memory: a handoff is taken only when the KV pool (free plus evictable radix-cache slots, less
+what the running requests reserve for their next tokens) holds its new ids. Otherwise it waits
+in the control state for decoding requests to free memory; one that could never fit is refused.
+"""
 
 from __future__ import annotations
 
 import logging
 
+from sglang_pdd.main_decode.penalties import UnknownPenalizerError, count_handed_off_ids
 from sglang_pdd.main_decode.state import set_handoff_tokens
 
 logger = logging.getLogger("sglang_pdd")
 
 
-def run_handoff_extend(scheduler, items) -> list[tuple[object, str]]:
-    """Extend every ``(req, token_ids, final)`` on top of its KV, in one batch.
+class KvBudget:
+    """The KV slots one handoff batch may take, from the scheduler's pool right now."""
 
-    The batch is built with SGLang's own ``ScheduleBatch.prepare_for_extend`` (each request keeps
-    its row, so its received prompt KV is the prefix and only the handed-off ids are computed)
-    and run with ``run_batch``. For final handoffs ``process_batch_result`` then samples and
-    streams the next token from this same forward and the requests join the running decode
-    batch, exactly as a colocated server merges a finished prefill batch. A Catch-Up chunk
-    (not final) only builds KV: its sampled token is dropped (Relay-Decode already produced that
-    position) and the request stays parked.
+    def __init__(self, scheduler, running_reqs: int) -> None:
+        allocator = scheduler.token_to_kv_pool_allocator
+        tree = scheduler.tree_cache
+        evictable = 0 if getattr(tree, "disable", True) else int(tree.evictable_size())
+        queue = getattr(scheduler, "disagg_decode_prealloc_queue", None)
+        per_req = int(getattr(queue, "num_reserved_decode_tokens", 0) or 0)
+        self.page = int(getattr(allocator, "page_size", 1) or 1)
+        self.total = int(allocator.size)
+        self.left = int(allocator.available_size()) + evictable - per_req * running_reqs
 
-    Returns the requests refused (with the reason); they are left untouched for the caller.
-    """
+    def slots(self, new_ids: int) -> int:
+        """Slots ``new_ids`` take once rounded up to whole pages (plus one page of slack)."""
+        return (new_ids // self.page + 2) * self.page
+
+    def take(self, new_ids: int) -> bool:
+        need = self.slots(new_ids)
+        if need > self.left:
+            return False
+        self.left -= need
+        return True
+
+
+def next_handoff_batch(scheduler, state, running_batch):
+    """An extend batch for the parked requests whose handoff can run now, or None."""
     from sglang.srt.managers.schedule_batch import ScheduleBatch
 
-    finals, chunks, refused = [], [], []
-    for req, token_ids, final in items:
+    budget = KvBudget(scheduler, len(running_batch.reqs))
+    taken, one_chunk = [], False
+
+    def admit(req, token_ids, final) -> bool | str:
+        nonlocal one_chunk
         if not token_ids:
-            if final:  # nothing was generated elsewhere: continue as plain PD from P's token
-                scheduler.waiting_queue.insert(0, req)
+            return True
+        already = getattr(req, "_pdd_extended", 0)
+        # A handoff must bring at least one id without KV: the last handed-off token's KV is
+        # what the extend computes before sampling the next token.
+        if len(token_ids) <= already or list(req.output_ids[1:already]) != token_ids[1:already]:
+            return f"handoff of {len(token_ids)} ids after {already} extended"
+        if budget.slots(len(token_ids) - already) > budget.total:
+            return f"{len(token_ids)} handed-off ids need more KV than the pool holds"
+        if (not final and one_chunk) or not budget.take(len(token_ids) - already):
+            return False  # next iteration, or once decoding requests have freed memory
+        one_chunk = one_chunk or not final
+        return True
+
+    for req, token_ids, final, verdict in state.take_ready_handoffs(admit):
+        if isinstance(verdict, str):
+            state.refuse(req, verdict)
+            continue
+        if not token_ids:  # nothing was generated elsewhere: continue as plain PD
+            scheduler.waiting_queue.insert(0, req)
+            state.notify_extended(req.rid, 0, final)
             continue
         if req.output_ids and req.output_ids[0] != token_ids[0]:
             logger.warning(
@@ -36,37 +92,51 @@ def run_handoff_extend(scheduler, items) -> list[tuple[object, str]]:
                 "continuing from the handed-off tokens (what the client saw)",
                 req.rid, token_ids[0], req.output_ids[0],
             )  # fmt: skip
-        # A handoff must bring at least one id without KV: the last handed-off token's KV is
-        # what the extend computes before sampling the next token.
-        already = getattr(req, "_pdd_extended", 0)
-        if len(token_ids) <= already or list(req.output_ids[1:already]) != token_ids[1:already]:
-            refused.append((req, f"handoff of {len(token_ids)} ids after {already} extended"))
-            continue
         set_handoff_tokens(req, token_ids)
-        (finals if final else chunks).append(req)
         req._pdd_extended = len(token_ids)
-    for reqs, final in ((chunks, False), (finals, True)):
-        if not reqs:
-            continue
-        batch = ScheduleBatch.init_new(
-            reqs,
-            scheduler.req_to_token_pool,
-            scheduler.token_to_kv_pool_allocator,
-            scheduler.tree_cache,
-            scheduler.model_config,
-            scheduler.enable_overlap,
-            scheduler.spec_algorithm,
-        )
-        batch.prepare_for_extend()
-        result = scheduler.run_batch(batch)
-        if not final:
-            continue
-        scheduler.process_batch_result(batch, result)
-        batch.filter_batch()
-        if batch.is_empty():
-            continue
-        if scheduler.running_batch.is_empty():
-            scheduler.running_batch = batch
-        else:
-            scheduler.running_batch.merge_batch(batch)
-    return refused
+        req.inflight_middle_chunks = 0 if final else 1
+        taken.append((req, token_ids, final))
+    if not taken:
+        return None
+    batch = ScheduleBatch.init_new(
+        [req for req, _, _ in taken],
+        scheduler.req_to_token_pool,
+        scheduler.token_to_kv_pool_allocator,
+        scheduler.tree_cache,
+        scheduler.model_config,
+        scheduler.enable_overlap,
+        scheduler.spec_algorithm,
+    )
+    batch.prepare_for_extend()
+    try:
+        count_handed_off_ids(batch.sampling_info.penalizer_orchestrator,
+                             [list(ids) for _, ids, _ in taken])  # fmt: skip
+    except UnknownPenalizerError as exc:
+        # Cannot be carried: run the extend anyway (its KV is right) but end the requests.
+        from sglang.srt.managers.schedule_batch import FINISH_ABORT
+
+        for req, _, _ in taken:
+            req.to_finish = FINISH_ABORT(f"sglang-pdd: {exc}")
+    batch._pdd_handoff = [(req, len(ids), final) for req, ids, final in taken]
+    return batch
+
+
+def merge_handoff_batch(scheduler, state, running_batch):
+    """Merge last iteration's handoff batch into ``running_batch`` (what SGLang's prefill
+    scheduler does with a finished extend) and tell the router each handoff ran."""
+    last = getattr(scheduler, "last_batch", None)
+    handed = getattr(last, "_pdd_handoff", None)
+    if not handed:
+        return running_batch
+    last._pdd_handoff = None  # merged once
+    chunks = [req for req, _, final in handed if not final]
+    last.filter_batch(reqs_to_exclude=chunks)  # chunks stay parked; finished requests drop
+    for req, tokens, final in handed:
+        state.notify_extended(req.rid, tokens, final)
+    if last.is_empty():
+        return running_batch
+    running_batch.batch_is_full = False
+    if running_batch.is_empty():
+        return last
+    running_batch.merge_batch(last)
+    return running_batch

@@ -160,20 +160,27 @@ class MainDecodeState:
             self.releases.discard(rid)
             scheduler.abort_request(AbortReq(rid=rid))  # our abort hook unparks it first
 
-    def take_ready_handoffs(self) -> list[tuple[object, list[int], bool]]:
-        """Parked requests whose handoff has arrived: ``(req, token_ids, final)``.
+    def take_ready_handoffs(self, admit) -> list[tuple[object, list[int], bool, bool | str]]:
+        """Parked requests whose handoff has arrived and ``admit`` lets through now:
+        ``(req, token_ids, final, verdict)``.
 
-        A final handoff takes the request out of ``parked`` (it decodes on); a Catch-Up chunk
-        leaves it parked, to be extended while Relay-Decode keeps generating.
+        ``admit(req, token_ids, final)`` answers True (run it now), False (leave it for a
+        later iteration) or a reason to refuse it (returned with that reason, the handoff
+        dropped). A final handoff taken leaves ``parked`` (it decodes on); a Catch-Up chunk
+        stays parked, to be extended while Relay-Decode keeps generating.
         """
         taken = []
         for rid in [r for r in self.handoffs if r in self.parked]:
-            token_ids, final = self.handoffs.pop(rid)
+            token_ids, final = self.handoffs[rid]
             req = self.parked[rid]
-            if final:
+            verdict = admit(req, token_ids, final)
+            if verdict is False:
+                continue
+            del self.handoffs[rid]
+            if verdict is True and final:
                 del self.parked[rid]
                 self.parked_at.pop(rid, None)
-            taken.append((req, token_ids, final))
+            taken.append((req, token_ids, final, verdict))
         return taken
 
     def refuse(self, req, reason: str) -> None:
