@@ -30,6 +30,7 @@ PATCH_MODULES: tuple[str, ...] = (
     "main_admission",
     "main_abort",
     "main_idle",
+    "penalizer_order",
 )
 
 

@@ -14,7 +14,7 @@ _SAMPLING = {"temperature": "temperature", "top_p": "top_p", "stop": "stop",
              "top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty",
              "ignore_eos": "ignore_eos", "min_tokens": "min_new_tokens",
              "stop_token_ids": "stop_token_ids", "skip_special_tokens": "skip_special_tokens",
-             "no_stop_trim": "no_stop_trim"}  # fmt: skip
+             "no_stop_trim": "no_stop_trim", "logit_bias": "logit_bias"}  # fmt: skip
 
 
 def bad_request(message: str) -> UpstreamError:

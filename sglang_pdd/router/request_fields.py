@@ -15,18 +15,20 @@ GENERATE_FIELDS = frozenset({"text", "input_ids", "sampling_params", "stream", "
 OPENAI_FIELDS = frozenset({
     "model", "prompt", "messages", "stream", "stream_options", "user", "max_tokens",
     "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids",
-    "seed", "ignore_eos", "skip_special_tokens", "no_stop_trim",
+    "seed", "ignore_eos", "skip_special_tokens", "no_stop_trim", "frequency_penalty",
+    "presence_penalty", "repetition_penalty", "min_tokens", "logit_bias",
 })  # fmt: skip
 
 # /generate's sampling_params the router carries across the handoff. Penalties and
-# min_new_tokens are refused: MD's sampler would start counting from the handoff (and SGLang's
-# own PD decode side does not count P's first token either); so are grammars (MD's grammar
-# would not have seen the handed-off ids), logit_bias, custom logit processors, stop_regex
+# min_new_tokens are carried because MD counts the handed-off ids into SGLang's penalizers
+# (sglang_pdd.main_decode.penalties); logit_bias is static per request. Refused: grammars (MD's
+# grammar would not have seen the handed-off ids), custom logit processors, stop_regex
 # (untested across the handoff), beam search and watermarks.
 SAMPLING_FIELDS = frozenset({
     "max_new_tokens", "stop", "stop_token_ids", "temperature", "top_p", "top_k", "min_p",
     "ignore_eos", "skip_special_tokens", "no_stop_trim", "stream_interval", "sampling_seed",
-    "spaces_between_special_tokens",
+    "spaces_between_special_tokens", "frequency_penalty", "presence_penalty",
+    "repetition_penalty", "min_new_tokens", "logit_bias",
 })  # fmt: skip
 
 # Values that mean the feature is off, per field (besides None / False / empty).

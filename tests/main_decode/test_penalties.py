@@ -83,3 +83,13 @@ def test_an_unknown_active_penalizer_refuses_before_changing_anything():
     orchestrator.penalizers = known
     logits = torch.zeros(1, VOCAB)
     assert torch.equal(_penalized(orchestrator, logits), logits)  # nothing was counted
+
+
+def test_penalizers_apply_in_one_order_in_every_process():
+    from sglang_pdd.patches import penalizer_order
+
+    orchestrator = _orchestrator([ROWS[0][0]])
+    orchestrator.penalizers = dict(reversed(list(orchestrator.penalizers.items())))
+    penalizer_order.hook(None, orchestrator)
+    names = [cls.__name__ for cls in orchestrator.penalizers]
+    assert names == sorted(names) and names[-1] == "BatchedRepetitionPenalizer"

@@ -47,13 +47,12 @@ def test_sampling_params_that_the_handoff_would_break_are_refused():
                 "json_schema": "{}", "regex": None, "logit_bias": {"5": 1.0},
                 "stop_regex": "x", "custom_params": {}}  # fmt: skip
     assert unsupported_sampling(sampling) == [
-        "sampling_params.frequency_penalty", "sampling_params.json_schema",
-        "sampling_params.logit_bias", "sampling_params.min_new_tokens",
-        "sampling_params.stop_regex",
-    ]  # fmt: skip
+        "sampling_params.json_schema", "sampling_params.stop_regex"]  # fmt: skip
     carried = {"temperature": 0.7, "top_p": 0.9, "top_k": 20, "min_p": 0.0, "stop": ["a"],
                "stop_token_ids": [2], "ignore_eos": True, "skip_special_tokens": False,
-               "no_stop_trim": True, "n": 1, "stream_interval": 2}  # fmt: skip
+               "no_stop_trim": True, "n": 1, "stream_interval": 2, "frequency_penalty": 0.5,
+               "presence_penalty": 0.3, "repetition_penalty": 1.2, "min_new_tokens": 4,
+               "logit_bias": {"5": 1.0}}  # fmt: skip
     assert unsupported_sampling(carried) == []
 
 
@@ -67,9 +66,9 @@ def test_seeds_are_refused_where_they_would_be_broken():
         "sampling_params.n", "sampling_params.spaces_between_special_tokens"]  # fmt: skip
 
 
-def test_openai_penalties_are_refused_unless_off():
-    body = {"model": "m", "prompt": "p", "frequency_penalty": 0.0, "presence_penalty": 0,
-            "repetition_penalty": 1.0, "min_tokens": 0}  # fmt: skip
+def test_openai_penalties_and_logit_bias_are_served():
+    body = {"model": "m", "prompt": "p", "frequency_penalty": 0.3, "presence_penalty": 0.1,
+            "repetition_penalty": 1.1, "min_tokens": 2, "logit_bias": {"7": -5}}  # fmt: skip
     assert unsupported_fields(body, OPENAI_FIELDS) == []
-    body = {**body, "frequency_penalty": 0.3, "min_tokens": 2}
-    assert unsupported_fields(body, OPENAI_FIELDS) == ["frequency_penalty", "min_tokens"]
+    assert unsupported_fields({**body, "logprobs": True, "n": 2}, OPENAI_FIELDS) == [
+        "logprobs", "n"]  # fmt: skip
