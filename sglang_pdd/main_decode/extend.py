@@ -33,15 +33,19 @@ logger = logging.getLogger("sglang_pdd")
 class KvBudget:
     """The KV slots one handoff batch may take, from the scheduler's pool right now."""
 
-    def __init__(self, scheduler, running_reqs: int) -> None:
+    def __init__(self, free: int, total: int, page: int = 1) -> None:
+        self.left, self.total, self.page = free, total, max(page, 1)
+
+    @classmethod
+    def of(cls, scheduler, running_reqs: int) -> KvBudget:
+        """Free plus evictable slots, less what running requests reserve for their next ids."""
         allocator = scheduler.token_to_kv_pool_allocator
         tree = scheduler.tree_cache
         evictable = 0 if getattr(tree, "disable", True) else int(tree.evictable_size())
         queue = getattr(scheduler, "disagg_decode_prealloc_queue", None)
         per_req = int(getattr(queue, "num_reserved_decode_tokens", 0) or 0)
-        self.page = int(getattr(allocator, "page_size", 1) or 1)
-        self.total = int(allocator.size)
-        self.left = int(allocator.available_size()) + evictable - per_req * running_reqs
+        free = int(allocator.available_size()) + evictable - per_req * running_reqs
+        return cls(free, int(allocator.size), int(getattr(allocator, "page_size", 1) or 1))
 
     def slots(self, new_ids: int) -> int:
         """Slots ``new_ids`` take once rounded up to whole pages (plus one page of slack)."""
@@ -55,15 +59,21 @@ class KvBudget:
         return True
 
 
-def next_handoff_batch(scheduler, state, running_batch):
-    """An extend batch for the parked requests whose handoff can run now, or None."""
-    from sglang.srt.managers.schedule_batch import ScheduleBatch
+class HandoffAdmission:
+    """Which waiting handoffs one batch takes: ``admit(req, token_ids, final)`` answers True
+    (take it), False (wait for a later iteration) or the reason to refuse it.
 
-    budget = KvBudget(scheduler, len(running_batch.reqs))
-    taken, one_chunk = [], False
+    ``nothing_else_runs``: no request decodes or waits to, so no memory will be freed except by
+    parked requests ending on Relay-Decode; a final handoff that does not fit then is refused
+    (the client gets an error) rather than left waiting on memory that may never come.
+    """
 
-    def admit(req, token_ids, final) -> bool | str:
-        nonlocal one_chunk
+    def __init__(self, budget: KvBudget, nothing_else_runs: bool) -> None:
+        self.budget, self.nothing_else_runs = budget, nothing_else_runs
+        self.taken = self.chunks = 0
+        self.short_of_kv: list[str] = []  # rids left waiting for memory this time
+
+    def __call__(self, req, token_ids, final) -> bool | str:
         if not token_ids:
             return True
         already = getattr(req, "_pdd_extended", 0)
@@ -71,13 +81,28 @@ def next_handoff_batch(scheduler, state, running_batch):
         # what the extend computes before sampling the next token.
         if len(token_ids) <= already or list(req.output_ids[1:already]) != token_ids[1:already]:
             return f"handoff of {len(token_ids)} ids after {already} extended"
-        if budget.slots(len(token_ids) - already) > budget.total:
+        new_ids = len(token_ids) - already
+        if self.budget.slots(new_ids) > self.budget.total:
             return f"{len(token_ids)} handed-off ids need more KV than the pool holds"
-        if (not final and one_chunk) or not budget.take(len(token_ids) - already):
-            return False  # next iteration, or once decoding requests have freed memory
-        one_chunk = one_chunk or not final
+        if not final and self.chunks:
+            return False  # SGLang skips streaming one middle chunk per batch
+        if not self.budget.take(new_ids):
+            if final and self.nothing_else_runs and not self.taken:
+                return f"no KV for {new_ids} handed-off ids: the pool is held by parked requests"
+            self.short_of_kv.append(req.rid)
+            return False
+        self.taken += 1
+        self.chunks += not final
         return True
 
+
+def next_handoff_batch(scheduler, state, running_batch):
+    """An extend batch for the parked requests whose handoff can run now, or None."""
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+
+    taken = []
+    idle = running_batch.is_empty() and not scheduler.waiting_queue
+    admit = HandoffAdmission(KvBudget.of(scheduler, len(running_batch.reqs)), idle)
     for req, token_ids, final, verdict in state.take_ready_handoffs(admit):
         if isinstance(verdict, str):
             state.refuse(req, verdict)
@@ -96,6 +121,8 @@ def next_handoff_batch(scheduler, state, running_batch):
         req._pdd_extended = len(token_ids)
         req.inflight_middle_chunks = 0 if final else 1
         taken.append((req, token_ids, final))
+    for rid in admit.short_of_kv:
+        state.note_kv_wait(rid)
     if not taken:
         return None
     batch = ScheduleBatch.init_new(

@@ -37,6 +37,7 @@ class MainDecodeState:
         # Aborts that found nothing parked, by rid prefix: a relayed request whose KV lands
         # after its abort (the abort raced the transfer's last step) is ended, not parked.
         self.recent_aborts: dict[str, float] = {}
+        self.kv_waits: set[str] = set()  # rids whose handoff waited for memory (logged once)
         logger.info("sglang-pdd: Main-Decode control socket on port %d", control_port)
 
     # -- control socket -------------------------------------------------------------------
@@ -140,6 +141,7 @@ class MainDecodeState:
             self.parked_at.pop(rid, None)
             self.handoffs.pop(rid, None)
             self.watchers.pop(rid, None)
+            self.kv_waits.discard(rid)
         if not named and rid_prefix and not abort_all:
             self.recent_aborts[rid_prefix] = time.monotonic()
         for rid in [r for r in self.releases if abort_all or r.startswith(rid_prefix)]:
@@ -183,6 +185,12 @@ class MainDecodeState:
             taken.append((req, token_ids, final, verdict))
         return taken
 
+    def note_kv_wait(self, rid: str) -> None:
+        """A handoff waits for KV memory (logged once per request)."""
+        if rid not in self.kv_waits:
+            self.kv_waits.add(rid)
+            logger.info("sglang-pdd: %s: handoff waits for KV memory", rid)
+
     def refuse(self, req, reason: str) -> None:
         """Tell the router a handoff was refused; the request stays parked until aborted."""
         logger.error("sglang-pdd: %s: handoff refused: %s", req.rid, reason)
@@ -193,6 +201,7 @@ class MainDecodeState:
         self._send(rid, {"event": "extended", "t": time.time(), "tokens": tokens, "final": final})
         if final:
             self.watchers.pop(rid, None)
+            self.kv_waits.discard(rid)
 
 
 def _rid_of(payload: bytes) -> str | None:

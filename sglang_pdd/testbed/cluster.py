@@ -166,9 +166,11 @@ def start_link_proxy(group: ServerGroup, name: str, target_port: int,
     return proxy
 
 
-def add_main_decode(group: ServerGroup, cluster: PddCluster, name: str) -> MainDecodeSite:
+def add_main_decode(group: ServerGroup, cluster: PddCluster, name: str,
+                    max_total_tokens: int | None = None) -> MainDecodeSite:  # fmt: skip
     """Start one more Main-Decode in datacenter B (behind its own WAN proxies), not yet known to
-    any router: pass ``mains=`` to ``start_router``."""
+    any router: pass ``mains=`` to ``start_router``. ``max_total_tokens`` sizes its KV pool
+    (default: the cluster's)."""
     cfg = cluster.config
     control_port, events_port = free_port(), free_port()
     extra = ("--pdd-role", "main", "--pdd-control-port", str(control_port),
@@ -180,7 +182,8 @@ def add_main_decode(group: ServerGroup, cluster: PddCluster, name: str) -> MainD
         extra += ("--kv-events-config", kv_events_config(events_port))
     server, = group.start(ServerSpec(
         name, role="decode", model_path=cfg.model_path, dtype=cfg.dtype,
-        chunked_prefill_size=cfg.chunked_prefill_size, max_total_tokens=cfg.max_total_tokens,
+        chunked_prefill_size=cfg.chunked_prefill_size,
+        max_total_tokens=max_total_tokens or cfg.max_total_tokens,
         env=(("SGLANG_HOST_IP", DATACENTER_B_HOST),), extra_args=extra,
         cpus=cfg.datacenter_cpus[1]))  # fmt: skip
     return _site(group, server, name, control_port, events_port if cfg.kv_events else None,
