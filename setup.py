@@ -12,15 +12,21 @@ setup(
     packages=find_packages(include=["sglang_pdd", "sglang_pdd.*"]) + ["sglang_pdd.patches"],
     package_dir={"sglang_pdd.patches": "patches"},
     package_data={"sglang_pdd": ["cpu/shim/sgl_kernel/*.py", "py.typed"]},
+    # No Mooncake here: a GPU SGLang environment already has its own (mooncake-transfer-engine,
+    # which SGLang's PD needs), and a second wheel would shadow it. The CPU-only wheel is the
+    # ``cpu`` extra, which the README's commands and CI install.
     install_requires=[
         "sglang==0.5.23",
         "torch",
-        "mooncake-transfer-engine-non-cuda",
         "pyzmq",
         "simpy",
         "pyyaml",
     ],
-    extras_require={"test": ["pytest", "pytest-timeout", "ruff"], "plot": ["matplotlib"]},
+    extras_require={
+        "cpu": ["mooncake-transfer-engine-non-cuda"],
+        "test": ["pytest", "pytest-timeout", "ruff"],
+        "plot": ["matplotlib"],
+    },
     entry_points={
         "sglang.srt.plugins": ["sglang_pdd = sglang_pdd.plugin:register"],
         "console_scripts": ["sglang-pdd = sglang_pdd.cli:main"],

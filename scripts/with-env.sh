@@ -19,9 +19,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
     libibverbs1 librdmacm1 libnuma1 >&2
 fi
 venv="$(bash "$repo/scripts/env.sh")"
-# Editable install: SGLang discovers the plugin through its entry point in the venv.
-"$venv/bin/pip" install -q --no-deps --no-build-isolation -e "$repo" >/dev/null 2>&1 \
-  || "$venv/bin/pip" install --no-deps --no-build-isolation -e "$repo" >&2
+# Editable install with the CPU extra (the CPU-only Mooncake wheel, already pinned in the env):
+# SGLang discovers the plugin through its entry point in the venv.
+"$venv/bin/pip" install -q --no-build-isolation -e "$repo[cpu]" >/dev/null 2>&1 \
+  || "$venv/bin/pip" install --no-build-isolation -e "$repo[cpu]" >&2
 export PATH="$venv/bin:$PATH" VIRTUAL_ENV="$venv"
 cd "$repo"
 exec "$@"

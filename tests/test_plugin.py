@@ -100,3 +100,12 @@ def test_hook_record_document_is_current():
                             capture_output=True, text=True, timeout=120)  # fmt: skip
     doc = (Path(__file__).resolve().parent.parent / "docs" / "hooks.md").read_text()
     assert result.stdout.strip() in doc, "docs/hooks.md is stale: regenerate with sglang-pdd hooks"
+
+
+def test_mooncake_comes_only_with_the_cpu_extra():
+    """A GPU SGLang environment keeps its own Mooncake: the CPU wheel is the ``cpu`` extra."""
+    import importlib.metadata
+
+    requires = importlib.metadata.requires("sglang-pdd")
+    mooncake = [r for r in requires if r.startswith("mooncake")]
+    assert mooncake == ['mooncake-transfer-engine-non-cuda; extra == "cpu"'], requires
