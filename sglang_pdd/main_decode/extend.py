@@ -120,6 +120,9 @@ def next_handoff_batch(scheduler, state, running_batch):
         set_handoff_tokens(req, token_ids)
         req._pdd_extended = len(token_ids)
         req.inflight_middle_chunks = 0 if final else 1
+        # The handed-off ids are output, not prompt: no input logprobs for them (SGLang's
+        # input-logprob bookkeeping would otherwise expect the whole prompt's and fail).
+        req.logprob_start_len = -1
         taken.append((req, token_ids, final))
     for rid in admit.short_of_kv:
         state.note_kv_wait(rid)

@@ -248,4 +248,25 @@ def set_handoff_tokens(req, token_ids: list[int]) -> int:
     prompt_len = len(req.origin_input_ids)
     req.prefix_len = prompt_len + done
     req.extend_end = prompt_len + len(token_ids)
+    if getattr(req, "return_logprob", False):
+        _align_output_logprobs(req.logprob, token_ids)
     return len(token_ids) - done
+
+
+def _align_output_logprobs(logprob, token_ids: list[int]) -> None:
+    """Give each handed-off id an (empty) entry in the request's output logprob lists, so that
+    SGLang's streaming, which slices those lists by output position, sends the entry of each
+    token MD samples at that token's position. P's first-token entry stays; the router takes
+    the handed-off ids' logprobs from the instance that produced them."""
+    count = len(token_ids)
+    for name, pad in (("output_token_logprobs_val", None), ("output_top_logprobs_val", []),
+                      ("output_top_logprobs_idx", []), ("output_token_ids_logprobs_val", []),
+                      ("output_token_ids_logprobs_idx", [])):  # fmt: skip
+        values = getattr(logprob, name, None)
+        if values is not None:
+            del values[count:]
+            values.extend([pad] * (count - len(values)))
+    ids = getattr(logprob, "output_token_logprobs_idx", None)
+    if ids is not None:
+        del ids[count:]
+        ids.extend(token_ids[len(ids) :])

@@ -10,10 +10,12 @@ import uuid
 from aiohttp import web
 
 from sglang_pdd.router import openai_format as oai
+from sglang_pdd.router import openai_logprobs
 from sglang_pdd.router.pdd_request import PddRequestRun
 from sglang_pdd.router.record import Finished, TokenDelta
 from sglang_pdd.router.request_fields import (
     GENERATE_FIELDS,
+    LOGPROB_FIELDS,
     OPENAI_FIELDS,
     unsupported_fields,
     unsupported_message,
@@ -68,6 +70,9 @@ class _Run:
                                   bool(sampling.get("skip_special_tokens", True)))  # fmt: skip
         self.finished: Finished | None = None
         self.tail = ""  # text released by the final trim of a matched stop
+        self.logprobs = bool(extra.get("return_logprob"))
+        self.token_logprobs: list = []  # per output token, from the instance that made it
+        self.top_logprobs: list = []
 
     async def events(self):
         completed = False
@@ -83,6 +88,9 @@ class _Run:
                         metrics.itl.observe(now - last)
                     last = now
                     metrics.output_tokens.labels(event.source).inc(len(event.token_ids))
+                    if self.logprobs:
+                        self.token_logprobs.extend(event.logprobs)
+                        self.top_logprobs.extend(event.top_logprobs)
                 if isinstance(event, Finished):
                     record = event.record
                     if record.main_ready_s is not None:
@@ -107,11 +115,17 @@ class _Run:
             await self.run.abort_everywhere()
         await self.run.close()
 
-    def meta(self, finish_reason) -> dict:
+    def meta(self, finish_reason, since: int = 0) -> dict:
+        """SGLang's ``meta_info``; logprob entries from output token ``since`` on."""
         record = self.run.record.as_dict()
-        return {"id": self.rid, "finish_reason": finish_reason,
+        meta = {"id": self.rid, "finish_reason": finish_reason,
                 "prompt_tokens": self.run.prompt_tokens,
                 "completion_tokens": len(self.text.ids), "pdd": record}  # fmt: skip
+        if self.logprobs:  # input logprobs: only logprob_start_len -1 is served (none)
+            meta.update(input_token_logprobs=[], input_top_logprobs=[],
+                        output_token_logprobs=self.token_logprobs[since:],
+                        output_top_logprobs=self.top_logprobs[since:])  # fmt: skip
+        return meta
 
 
 async def generate(request: web.Request) -> web.StreamResponse:
@@ -131,6 +145,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         return _error(400, unsupported_message(unsupported))
     ids = state.tokenizer.encode(text) if text is not None else list(input_ids)
     passthrough = {"rid": body["rid"]} if body.get("rid") else {}
+    passthrough.update({k: body[k] for k in LOGPROB_FIELDS if k in body})
     run = _Run(state, ids, dict(sampling), passthrough)
     if not body.get("stream"):
         async for event in run.events():
@@ -146,6 +161,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     incremental = state.config.incremental_streaming_output
     try:
         async for event in _chain(first, events):
+            before = len(run.text.ids)
             if isinstance(event, TokenDelta):
                 delta = run.text.add(event.token_ids)
                 reason, new_ids = None, event.token_ids
@@ -156,7 +172,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
             else:
                 chunk = {"text": run.text.sent if reason is None else run.text.full(),
                          "output_ids": list(run.text.ids)}  # fmt: skip
-            await _sse(resp, {**chunk, "meta_info": run.meta(reason)})
+            meta = run.meta(reason, since=before if incremental else 0)
+            await _sse(resp, {**chunk, "meta_info": meta})
         await _sse(resp, "[DONE]")
     except _DISCONNECTED:
         await _abandon(state, events)
@@ -203,8 +220,15 @@ async def _openai(request: web.Request, kind: str) -> web.StreamResponse:
     if unsupported := unsupported_sampling(sampling, prefix=""):
         names = {"sampling_seed": "seed"}  # back to the OpenAI names the client sent
         raise oai.bad_request(unsupported_message([names.get(n, n) for n in unsupported]))
-    run = _Run(state, ids, sampling, {})
+    run = _Run(state, ids, sampling, openai_logprobs.generate_fields(kind, body))
     oid = ("chatcmpl-" if kind == "chat" else "cmpl-") + run.rid
+    build = openai_logprobs.chat_logprobs if kind == "chat" else openai_logprobs.completion_logprobs
+
+    def logprobs_since(start: int) -> dict | None:
+        if not run.logprobs:
+            return None
+        return build(run.token_logprobs[start:], run.top_logprobs[start:], state.tokenizer)
+
     if not body.get("stream"):
         async for event in run.events():
             if isinstance(event, TokenDelta):
@@ -212,24 +236,29 @@ async def _openai(request: web.Request, kind: str) -> web.StreamResponse:
         fin = run.finished
         return web.json_response(oai.response(kind, oid, model, run.text.full(),
                                               fin.finish_reason, fin.prompt_tokens,
-                                              len(run.text.ids), fin.record.as_dict()))  # fmt: skip
+                                              len(run.text.ids), fin.record.as_dict(),
+                                              logprobs_since(0)))  # fmt: skip
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     events = run.events()
     first = await anext(events)
     await resp.prepare(request)
-    sent_any = False
+    sent_any, logprobs_sent = False, 0  # logprobs ride the chunk that carries their text
     try:
         async for event in _chain(first, events):
             if isinstance(event, TokenDelta):
                 delta = run.text.add(event.token_ids)
                 if delta:
-                    await _sse(resp, oai.chunk(kind, oid, model, delta, first=not sent_any))
-                    sent_any = True
+                    await _sse(resp, oai.chunk(kind, oid, model, delta, first=not sent_any,
+                                               logprobs=logprobs_since(logprobs_sent)))  # fmt: skip
+                    sent_any, logprobs_sent = True, len(run.token_logprobs)
             else:
                 tail = run.tail
                 use = oai.usage(event.prompt_tokens, len(run.text.ids))
+                more = len(run.token_logprobs) > logprobs_sent
+                lp = logprobs_since(logprobs_sent) if more else None
                 await _sse(resp, oai.chunk(kind, oid, model, tail, event.finish_reason,
-                                           first=not sent_any, usage_=use))  # fmt: skip
+                                           first=not sent_any, usage_=use,
+                                           logprobs=lp))  # fmt: skip
         await _sse(resp, "[DONE]")
     except _DISCONNECTED:
         await _abandon(state, events)

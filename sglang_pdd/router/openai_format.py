@@ -63,14 +63,15 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
 
 
 def response(kind: str, rid: str, model: str, text: str, reason, prompt_tokens: int,
-             completion_tokens: int, pdd: dict) -> dict:  # fmt: skip
+             completion_tokens: int, pdd: dict, logprobs: dict | None = None) -> dict:  # fmt: skip
     """A non-streaming completion or chat.completion object."""
     if kind == "chat":
         choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                  "finish_reason": finish_reason(reason)}  # fmt: skip
+                  "logprobs": logprobs, "finish_reason": finish_reason(reason)}  # fmt: skip
         obj = "chat.completion"
     else:
-        choice = {"index": 0, "text": text, "finish_reason": finish_reason(reason)}
+        choice = {"index": 0, "text": text, "logprobs": logprobs,
+                  "finish_reason": finish_reason(reason)}  # fmt: skip
         obj = "text_completion"
     return {"id": rid, "object": obj, "created": int(time.time()), "model": model,
             "choices": [choice], "usage": usage(prompt_tokens, completion_tokens),
@@ -78,16 +79,18 @@ def response(kind: str, rid: str, model: str, text: str, reason, prompt_tokens: 
 
 
 def chunk(kind: str, rid: str, model: str, text: str, reason=None, first: bool = False,
-          usage_: dict | None = None) -> dict:  # fmt: skip
+          usage_: dict | None = None, logprobs: dict | None = None) -> dict:  # fmt: skip
     """One streaming chunk."""
     if kind == "chat":
         delta = {"content": text}
         if first:
             delta["role"] = "assistant"
-        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason(reason)}
+        choice = {"index": 0, "delta": delta, "logprobs": logprobs,
+                  "finish_reason": finish_reason(reason)}  # fmt: skip
         obj = "chat.completion.chunk"
     else:
-        choice = {"index": 0, "text": text, "finish_reason": finish_reason(reason)}
+        choice = {"index": 0, "text": text, "logprobs": logprobs,
+                  "finish_reason": finish_reason(reason)}  # fmt: skip
         obj = "text_completion"
     out = {"id": rid, "object": obj, "created": int(time.time()), "model": model,
            "choices": [choice]}  # fmt: skip

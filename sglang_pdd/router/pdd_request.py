@@ -23,7 +23,7 @@ from sglang_pdd.cache.prefix_blocks import block_hashes
 from sglang_pdd.main_decode.protocol import SubRids
 from sglang_pdd.policy import PIPELINE_P_MD, PIPELINE_P_RLD
 from sglang_pdd.policy.handoff_state import CHUNK, RelayedHandoff
-from sglang_pdd.router.record import Finished, PddRecord, TokenDelta
+from sglang_pdd.router.record import Finished, PddRecord, TokenDelta, token_logprobs
 from sglang_pdd.router.transfers import DEFERRED, DROPPED
 from sglang_pdd.router.upstream import UpstreamError, abort, post_json, stream_sse
 
@@ -142,7 +142,7 @@ class PddRequestRun:
                 self._tasks.remove(task)
             self.router.keep_in_background(task)
 
-    def _delta(self, token_ids: list[int], source: str) -> TokenDelta:
+    def _delta(self, token_ids: list[int], source: str, meta: dict) -> TokenDelta:
         now = self._since()
         if self.record.first_token_s is None and token_ids:
             self.record.first_token_s = now
@@ -153,7 +153,9 @@ class PddRequestRun:
             if self.record.main_tokens == 0 and self.record.relay_tokens:
                 self.record.handoff_stall_s = now - self._last_relay_s
             self.record.main_tokens += len(token_ids)
-        return TokenDelta(token_ids, source)
+        if not self.body.get("return_logprob"):
+            return TokenDelta(token_ids, source)
+        return TokenDelta(token_ids, source, *token_logprobs(meta, len(token_ids)))
 
     def sub_rids(self) -> dict[str, list[str]]:
         """Each instance's rids for this request (SGLang aborts by exact rid only)."""
@@ -281,7 +283,7 @@ class PddRequestRun:
                 await self._raise_prefill_error(prefill, chunk)
             ids = chunk["output_ids"]
             if len(ids) > sent:
-                yield self._delta(ids[sent:], "relay")
+                yield self._delta(ids[sent:], "relay", chunk["meta_info"])
                 sent = len(ids)
             if chunk["meta_info"].get("finish_reason"):
                 self.record.finished_on = "relay"
@@ -412,7 +414,7 @@ class PddRequestRun:
                     if ids and not relay_ids:
                         self.router.note_prefill_time(self._since())
                     if len(ids) > len(relay_ids):
-                        yield self._delta(ids[len(relay_ids) :], "relay")
+                        yield self._delta(ids[len(relay_ids) :], "relay", value["meta_info"])
                         relay_ids = list(ids)
                         state.relay_progress(len(relay_ids))
                     if value["meta_info"].get("finish_reason"):
@@ -485,7 +487,7 @@ class PddRequestRun:
             if self.record.main_ready_s is None:
                 self._drain_ready(events)
             if len(ids) > sent:
-                yield self._delta(ids[sent:], "main")
+                yield self._delta(ids[sent:], "main", chunk["meta_info"])
                 sent = len(ids)
             if chunk["meta_info"].get("finish_reason"):
                 self.record.finished_on = "main"

@@ -33,10 +33,26 @@ class PddRecord:
 
 @dataclass
 class TokenDelta:
-    """New output tokens for the client, and which instance made them."""
+    """New output tokens for the client, and which instance made them.
+
+    With ``return_logprob``: each token's entry of SGLang's ``output_token_logprobs`` and
+    ``output_top_logprobs``, from the instance that produced the token."""
 
     token_ids: list[int]
     source: str  # "relay" | "main"
+    logprobs: list | None = None
+    top_logprobs: list | None = None
+
+
+def token_logprobs(meta: dict, count: int) -> tuple[list, list]:
+    """The entries of the last ``count`` output tokens in an instance's cumulative
+    ``meta_info``. The tail, because Main-Decode's lists hold P's first token and then only the
+    tokens it sampled itself, not the handed-off ones before them."""
+    out = []
+    for key in ("output_token_logprobs", "output_top_logprobs"):
+        values = list(meta.get(key) or [])[-count:] if count else []
+        out.append([None] * (count - len(values)) + values)
+    return out[0], out[1]
 
 
 @dataclass

@@ -9,14 +9,30 @@ the value that means "off" (``false``, ``null``, ``n: 1``, an empty list).
 from __future__ import annotations
 
 # /generate: fields the router serves.
-GENERATE_FIELDS = frozenset({"text", "input_ids", "sampling_params", "stream", "rid"})
+GENERATE_FIELDS = frozenset(
+    {
+        "text",
+        "input_ids",
+        "sampling_params",
+        "stream",
+        "rid",
+        "return_logprob",
+        "top_logprobs_num",
+        "return_text_in_logprobs",
+    }
+)
+
+# /generate fields sent on to every instance: each token's logprobs come from the instance
+# that produced it (only output logprobs: logprob_start_len other than -1 is refused).
+LOGPROB_FIELDS = ("return_logprob", "top_logprobs_num", "return_text_in_logprobs")
 
 # OpenAI completions / chat: fields the router serves (sampling ones map onto SGLang's).
 OPENAI_FIELDS = frozenset({
     "model", "prompt", "messages", "stream", "stream_options", "user", "max_tokens",
     "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids",
     "seed", "ignore_eos", "skip_special_tokens", "no_stop_trim", "frequency_penalty",
-    "presence_penalty", "repetition_penalty", "min_tokens", "logit_bias",
+    "presence_penalty", "repetition_penalty", "min_tokens", "logit_bias", "logprobs",
+    "top_logprobs",
 })  # fmt: skip
 
 # /generate's sampling_params the router carries across the handoff. Penalties and

@@ -42,8 +42,10 @@ async def stream_sse(session: aiohttp.ClientSession, url: str, body: dict,
 
     Chunks always carry the cumulative ``output_ids`` (SGLang's default). ``incremental``: the
     server runs with ``--incremental-streaming-output`` (each chunk carries only its new ids,
-    which keeps a long stream across a WAN linear in size); the ids are accumulated here."""
+    which keeps a long stream across a WAN linear in size); the ids (and, with
+    ``return_logprob``, the output logprob entries) are accumulated here."""
     ids: list[int] = []
+    logprobs: dict[str, list] = {"output_token_logprobs": [], "output_top_logprobs": []}
     async with session.post(url, json={**body, "stream": True}) as resp:
         if resp.status != 200:
             raise UpstreamError(resp.status, await _error_body(resp))
@@ -63,7 +65,13 @@ async def stream_sse(session: aiohttp.ClientSession, url: str, body: dict,
                 # SGLang's final chunk of an aborted incremental stream repeats the last id.
                 if not (isinstance(reason, dict) and reason.get("type") == "abort"):
                     ids.extend(chunk["output_ids"])
+                    for key, acc in logprobs.items():  # new entries only, like the ids
+                        acc.extend((chunk.get("meta_info") or {}).get(key) or [])
                 chunk["output_ids"] = list(ids)
+                if body.get("return_logprob"):
+                    chunk.setdefault("meta_info", {}).update(
+                        {key: list(acc) for key, acc in logprobs.items()}
+                    )
             yield chunk
 
 

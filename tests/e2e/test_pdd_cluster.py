@@ -303,9 +303,9 @@ def test_stop_strings_match_colocated(pdd_cluster, colocated):
 
 def test_fields_the_router_cannot_serve_are_refused(pdd_cluster):
     router = pdd_cluster.router_url
-    body = {**_body("logprobs please", 4), "return_logprob": True}
+    body = {**_body("input logprobs please", 4), "return_logprob": True, "logprob_start_len": 0}
     resp = requests.post(router + "/generate", json=body, timeout=60)
-    assert resp.status_code == 400 and "return_logprob" in resp.text
+    assert resp.status_code == 400 and "logprob_start_len" in resp.text
     chat = {"messages": [{"role": "user", "content": "two answers"}], "max_tokens": 4, "n": 2}
     resp = requests.post(router + "/v1/chat/completions", json=chat, timeout=60)
     assert resp.status_code == 400 and "n" in resp.json()["message"]

@@ -14,15 +14,15 @@ from sglang_pdd.router.request_fields import (
 def test_generate_fields():
     body = {"text": "hi", "sampling_params": {}, "stream": True, "rid": "r",
             "return_logprob": True, "image_data": "x.png", "lora_path": None,
-            "top_logprobs_num": 0}  # fmt: skip
-    assert unsupported_fields(body, GENERATE_FIELDS) == ["image_data", "return_logprob"]
+            "top_logprobs_num": 2, "token_ids_logprob": [5]}  # fmt: skip
+    assert unsupported_fields(body, GENERATE_FIELDS) == ["image_data", "token_ids_logprob"]
     assert unsupported_fields({"text": "hi", "return_logprob": False}, GENERATE_FIELDS) == []
 
 
 def test_openai_fields():
     body = {"model": "m", "messages": [], "n": 2, "logprobs": True, "tools": [],
             "temperature": 0, "response_format": {"type": "json_object"}}  # fmt: skip
-    assert unsupported_fields(body, OPENAI_FIELDS) == ["logprobs", "n", "response_format"]
+    assert unsupported_fields(body, OPENAI_FIELDS) == ["n", "response_format"]
     assert unsupported_fields({"prompt": "p", "n": 1, "echo": False}, OPENAI_FIELDS) == []
 
 
@@ -70,5 +70,4 @@ def test_openai_penalties_and_logit_bias_are_served():
     body = {"model": "m", "prompt": "p", "frequency_penalty": 0.3, "presence_penalty": 0.1,
             "repetition_penalty": 1.1, "min_tokens": 2, "logit_bias": {"7": -5}}  # fmt: skip
     assert unsupported_fields(body, OPENAI_FIELDS) == []
-    assert unsupported_fields({**body, "logprobs": True, "n": 2}, OPENAI_FIELDS) == [
-        "logprobs", "n"]  # fmt: skip
+    assert unsupported_fields({**body, "logprobs": True, "n": 2}, OPENAI_FIELDS) == ["n"]
