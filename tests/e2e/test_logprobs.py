@@ -3,7 +3,6 @@ co-located server's within float32 rounding (issue 9)."""
 
 from __future__ import annotations
 
-
 import pytest
 import requests
 
