@@ -62,38 +62,41 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
             "total_tokens": prompt_tokens + completion_tokens}  # fmt: skip
 
 
-def response(kind: str, rid: str, model: str, text: str, reason, prompt_tokens: int,
-             completion_tokens: int, pdd: dict, logprobs: dict | None = None) -> dict:  # fmt: skip
-    """A non-streaming completion or chat.completion object."""
+def choice(kind: str, index: int, text: str, reason, logprobs: dict | None = None) -> dict:
+    """One choice of a non-streaming answer."""
     if kind == "chat":
-        choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                  "logprobs": logprobs, "finish_reason": finish_reason(reason)}  # fmt: skip
-        obj = "chat.completion"
-    else:
-        choice = {"index": 0, "text": text, "logprobs": logprobs,
-                  "finish_reason": finish_reason(reason)}  # fmt: skip
-        obj = "text_completion"
+        return {"index": index, "message": {"role": "assistant", "content": text},
+                "logprobs": logprobs, "finish_reason": finish_reason(reason)}  # fmt: skip
+    return {"index": index, "text": text, "logprobs": logprobs,
+            "finish_reason": finish_reason(reason)}  # fmt: skip
+
+
+def response(kind: str, rid: str, model: str, choices: list[dict], prompt_tokens: int,
+             completion_tokens: int, pdd) -> dict:  # fmt: skip
+    """A non-streaming completion or chat.completion object."""
+    obj = "chat.completion" if kind == "chat" else "text_completion"
     return {"id": rid, "object": obj, "created": int(time.time()), "model": model,
-            "choices": [choice], "usage": usage(prompt_tokens, completion_tokens),
+            "choices": choices, "usage": usage(prompt_tokens, completion_tokens),
             "pdd": pdd}  # fmt: skip
 
 
 def chunk(kind: str, rid: str, model: str, text: str, reason=None, first: bool = False,
-          usage_: dict | None = None, logprobs: dict | None = None) -> dict:  # fmt: skip
-    """One streaming chunk."""
+          usage_: dict | None = None, logprobs: dict | None = None,
+          index: int = 0) -> dict:  # fmt: skip
+    """One streaming chunk (of choice ``index``)."""
     if kind == "chat":
         delta = {"content": text}
         if first:
             delta["role"] = "assistant"
-        choice = {"index": 0, "delta": delta, "logprobs": logprobs,
-                  "finish_reason": finish_reason(reason)}  # fmt: skip
+        choice_ = {"index": index, "delta": delta, "logprobs": logprobs,
+                   "finish_reason": finish_reason(reason)}  # fmt: skip
         obj = "chat.completion.chunk"
     else:
-        choice = {"index": 0, "text": text, "logprobs": logprobs,
-                  "finish_reason": finish_reason(reason)}  # fmt: skip
+        choice_ = {"index": index, "text": text, "logprobs": logprobs,
+                   "finish_reason": finish_reason(reason)}  # fmt: skip
         obj = "text_completion"
     out = {"id": rid, "object": obj, "created": int(time.time()), "model": model,
-           "choices": [choice]}  # fmt: skip
+           "choices": [choice_]}  # fmt: skip
     if usage_ is not None:
         out["usage"] = usage_
     return out

@@ -32,7 +32,7 @@ OPENAI_FIELDS = frozenset({
     "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids",
     "seed", "ignore_eos", "skip_special_tokens", "no_stop_trim", "frequency_penalty",
     "presence_penalty", "repetition_penalty", "min_tokens", "logit_bias", "logprobs",
-    "top_logprobs",
+    "top_logprobs", "n",
 })  # fmt: skip
 
 # /generate's sampling_params the router carries across the handoff. Penalties and

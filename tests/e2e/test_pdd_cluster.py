@@ -306,9 +306,10 @@ def test_fields_the_router_cannot_serve_are_refused(pdd_cluster):
     body = {**_body("input logprobs please", 4), "return_logprob": True, "logprob_start_len": 0}
     resp = requests.post(router + "/generate", json=body, timeout=60)
     assert resp.status_code == 400 and "logprob_start_len" in resp.text
-    chat = {"messages": [{"role": "user", "content": "two answers"}], "max_tokens": 4, "n": 2}
+    chat = {"messages": [{"role": "user", "content": "a tool"}], "max_tokens": 4,
+            "tools": [{"type": "function", "function": {"name": "f"}}]}  # fmt: skip
     resp = requests.post(router + "/v1/chat/completions", json=chat, timeout=60)
-    assert resp.status_code == 400 and "n" in resp.json()["message"]
+    assert resp.status_code == 400 and "tools" in resp.json()["message"]
     # Sampling state MD would not carry across the handoff: refused by name.
     for name, value in (
         ("json_schema", '{"type": "object"}'),

@@ -22,7 +22,7 @@ def test_generate_fields():
 def test_openai_fields():
     body = {"model": "m", "messages": [], "n": 2, "logprobs": True, "tools": [],
             "temperature": 0, "response_format": {"type": "json_object"}}  # fmt: skip
-    assert unsupported_fields(body, OPENAI_FIELDS) == ["n", "response_format"]
+    assert unsupported_fields(body, OPENAI_FIELDS) == ["response_format"]  # tools: [] is off
     assert unsupported_fields({"prompt": "p", "n": 1, "echo": False}, OPENAI_FIELDS) == []
 
 
@@ -70,4 +70,5 @@ def test_openai_penalties_and_logit_bias_are_served():
     body = {"model": "m", "prompt": "p", "frequency_penalty": 0.3, "presence_penalty": 0.1,
             "repetition_penalty": 1.1, "min_tokens": 2, "logit_bias": {"7": -5}}  # fmt: skip
     assert unsupported_fields(body, OPENAI_FIELDS) == []
-    assert unsupported_fields({**body, "logprobs": True, "n": 2}, OPENAI_FIELDS) == ["n"]
+    assert unsupported_fields({**body, "logprobs": True, "n": 2, "echo": True}, OPENAI_FIELDS) == [
+        "echo"]  # fmt: skip

@@ -1,0 +1,94 @@
+"""``ClientRun``: one client request (one prompt, one sample) driven through PDD."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+
+from sglang_pdd.router.pdd_request import PddRequestRun
+from sglang_pdd.router.record import Finished, TokenDelta
+from sglang_pdd.router.state import RouterState
+from sglang_pdd.router.text import StreamingText
+from sglang_pdd.router.upstream import UpstreamError
+
+logger = logging.getLogger("sglang_pdd.router")
+
+
+class ClientRun:
+    """Runs a ``PddRequestRun`` for one HTTP request; aborts everywhere if the client leaves."""
+
+    def __init__(self, state: RouterState, input_ids: list[int], sampling: dict, extra: dict):
+        self.state = state
+        self.rid = extra.pop("rid", None) or uuid.uuid4().hex
+        if self.rid in state.live:
+            # Every instance would see two requests under the same sub-rids.
+            raise UpstreamError(400, {"error": {"message": f"Duplicate request ID: {self.rid}",
+                                                "code": 400}})  # fmt: skip
+        self.body = {"input_ids": input_ids, "sampling_params": sampling, **extra}
+        max_new = int(sampling.get("max_new_tokens", 128) or 128)
+        decision, instances, main_plan = state.plan(input_ids, max_new)
+        state.metrics.requests.labels(decision.pipeline, decision.rule).inc()
+        self.run = PddRequestRun(state, self.body, self.rid, decision, instances, main_plan)
+        state.live[self.rid] = self.run.record
+        self.text = StreamingText(state.tokenizer, bool(sampling.get("no_stop_trim")),
+                                  bool(sampling.get("skip_special_tokens", True)))  # fmt: skip
+        self.finished: Finished | None = None
+        self.tail = ""  # text released by the final trim of a matched stop
+        self.logprobs = bool(extra.get("return_logprob"))
+        self.token_logprobs: list = []  # per output token, from the instance that made it
+        self.top_logprobs: list = []
+
+    async def events(self):
+        completed = False
+        metrics = self.state.metrics
+        last = None
+        try:
+            async for event in self.run.events():
+                if isinstance(event, TokenDelta):
+                    now = self.run._since()
+                    if last is None:
+                        metrics.ttft.observe(now)
+                    else:
+                        metrics.itl.observe(now - last)
+                    last = now
+                    metrics.output_tokens.labels(event.source).inc(len(event.token_ids))
+                    if self.logprobs:
+                        self.token_logprobs.extend(event.logprobs)
+                        self.top_logprobs.extend(event.top_logprobs)
+                if isinstance(event, Finished):
+                    record = event.record
+                    if record.main_ready_s is not None:
+                        metrics.main_ready.observe(record.main_ready_s)
+                        metrics.wan_bytes.inc(record.wan_bytes)
+                    if record.handoff_stall_s is not None:
+                        metrics.handoff_stall.observe(record.handoff_stall_s)
+                    self.finished = event
+                    self.tail = self.text.finish(event.finish_reason)
+                    logger.info("pdd-record rid=%s %s", self.rid,
+                                json.dumps(event.record.as_dict()))  # fmt: skip
+                yield event
+            completed = True
+        finally:
+            self.state.live.pop(self.rid, None)
+            # The clean-up runs as its own task: a client that leaves cancels this handler
+            # (perhaps more than once), and the aborts must still reach every instance.
+            await asyncio.shield(self.state.run_in_background(self._clean_up(completed)))
+
+    async def _clean_up(self, completed: bool) -> None:
+        if not completed:
+            await self.run.abort_everywhere()
+        await self.run.close()
+
+    def meta(self, finish_reason, since: int = 0) -> dict:
+        """SGLang's ``meta_info``; logprob entries from output token ``since`` on."""
+        record = self.run.record.as_dict()
+        meta = {"id": self.rid, "finish_reason": finish_reason,
+                "prompt_tokens": self.run.prompt_tokens,
+                "completion_tokens": len(self.text.ids), "pdd": record}  # fmt: skip
+        if self.logprobs:  # input logprobs: only logprob_start_len -1 is served (none)
+            meta.update(input_token_logprobs=[], input_top_logprobs=[],
+                        output_token_logprobs=self.token_logprobs[since:],
+                        output_top_logprobs=self.top_logprobs[since:])  # fmt: skip
+        return meta

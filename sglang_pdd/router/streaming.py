@@ -1,0 +1,68 @@
+"""Helpers shared by the router's streaming endpoints (SGLang's /generate and OpenAI's)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from aiohttp import web
+
+from sglang_pdd.router.fanout import SubRequest
+from sglang_pdd.router.run import ClientRun
+from sglang_pdd.router.state import RouterState
+from sglang_pdd.router.upstream import UpstreamError
+
+# What a handler sees when its client has gone.
+DISCONNECTED = (ConnectionResetError, ConnectionError, asyncio.CancelledError)
+
+
+async def json_body(request: web.Request) -> dict:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UpstreamError(400, {"error": {"message": f"Invalid JSON body: {exc}",
+                                            "code": 400}}) from exc  # fmt: skip
+    if not isinstance(body, dict):
+        raise UpstreamError(400, {"error": {"message": "JSON body must be an object"}})
+    return body
+
+
+async def sse(resp: web.StreamResponse, payload) -> None:
+    data = payload if isinstance(payload, str) else json.dumps(payload)
+    await resp.write(f"data: {data}\n\n".encode())
+
+
+def start_runs(state: RouterState, subs: list[SubRequest]) -> list[ClientRun]:
+    """A ``ClientRun`` per sub-request; none is left registered if one cannot start."""
+    runs: list[ClientRun] = []
+    try:
+        for sub in subs:
+            runs.append(ClientRun(state, sub.input_ids, dict(sub.sampling), dict(sub.extra)))
+    except Exception:
+        for run in runs:
+            state.live.pop(run.rid, None)
+            state.run_in_background(run.run.close())
+        raise
+    return runs
+
+
+async def abandon(state: RouterState, events) -> None:
+    """The client left: close the request's generator (its clean-up aborts it everywhere) in a
+    task of its own, which a repeated cancellation of the handler cannot interrupt."""
+
+    async def close() -> None:
+        await events.aclose()
+
+    await asyncio.shield(state.run_in_background(close()))
+
+
+async def end_with_error(resp: web.StreamResponse, exc: UpstreamError) -> None:
+    """The status line is gone: like SGLang, the error travels as the stream's last chunk."""
+    await sse(resp, exc.body if "error" in exc.body else {"error": exc.body})
+    await sse(resp, "[DONE]")
+
+
+async def chain(first, rest):
+    yield first
+    async for item in rest:
+        yield item
