@@ -117,6 +117,9 @@ def next_handoff_batch(scheduler, state, running_batch):
                 "continuing from the handed-off tokens (what the client saw)",
                 req.rid, token_ids[0], req.output_ids[0],
             )  # fmt: skip
+        if (reason := advance_grammar(req, token_ids)) is not None:
+            state.refuse(req, reason)
+            continue
         set_handoff_tokens(req, token_ids)
         req._pdd_extended = len(token_ids)
         req.inflight_middle_chunks = 0 if final else 1
@@ -149,6 +152,25 @@ def next_handoff_batch(scheduler, state, running_batch):
             req.to_finish = FINISH_ABORT(f"sglang-pdd: {exc}")
     batch._pdd_handoff = [(req, len(ids), final) for req, ids, final in taken]
     return batch
+
+
+def advance_grammar(req, token_ids: list[int]) -> str | None:
+    """Advance the request's grammar (json_schema, regex, ebnf) over the handed-off ids it has
+    not seen, so that MD's next token is constrained where a co-located server's would be.
+    SGLang's own PD decode accepts P's first token when a prebuilt request joins decoding; a
+    parked request never did, so its grammar starts from the first id. Returns why the ids
+    cannot be accepted (the handoff is then refused), or None."""
+    grammar = getattr(req, "grammar", None)
+    if grammar is None:
+        return None
+    seen = getattr(req, "_pdd_grammar_ids", 0)
+    try:
+        for token in token_ids[seen:]:
+            grammar.accept_token(token)
+    except ValueError as exc:  # xgrammar raises ValueError for a token the grammar rejects
+        return f"the grammar rejects a handed-off id: {exc}"
+    req._pdd_grammar_ids = len(token_ids)
+    return None
 
 
 def merge_handoff_batch(scheduler, state, running_batch):

@@ -312,8 +312,8 @@ def test_fields_the_router_cannot_serve_are_refused(pdd_cluster):
     assert resp.status_code == 400 and "tools" in resp.json()["message"]
     # Sampling state MD would not carry across the handoff: refused by name.
     for name, value in (
-        ("json_schema", '{"type": "object"}'),
-        ("regex", "[a-z]+"),
+        ("structural_tag", '{"type": "structural_tag"}'),
+        ("stop_regex", "[a-z]+"),
         ("custom_params", {"x": 1}),
     ):
         body = _body("penalised", 4)

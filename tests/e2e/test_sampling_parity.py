@@ -4,6 +4,8 @@ handoff placed at chosen points (issue 9)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import requests
 
@@ -127,3 +129,53 @@ def test_openai_penalties_and_logit_bias_match_colocated(pdd_cluster, colocated)
         theirs = requests.post(colocated.url + "/v1/completions", json=body, timeout=300)
         assert ours.status_code == 200, ours.text
         assert ours.json()["choices"][0]["text"] == theirs.json()["choices"][0]["text"]
+
+
+PERSON_REGEX = r'\{"name": "[a-z]{2,12}", "age": [1-9][0-9]?\}'
+PERSON_SCHEMA = json.dumps({"type": "object", "required": ["name", "age"],
+                            "properties": {"name": {"type": "string", "maxLength": 12},
+                                           "age": {"type": "integer"}}})  # fmt: skip
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
+def test_grammars_carried_across_one_shot_handoffs(held_router, held_links, colocated, stream):
+    """The handoff lands inside regex- and JSON-schema-constrained output; MD's grammar has
+    advanced over the handed-off ids, so the output equals the co-located server's."""
+    on_main = 0
+    for i, prompt in enumerate(varied_prompts(3, seed=83)):
+        for constraint, at in (({"regex": PERSON_REGEX}, (1, 3, 6)[i]),
+                               ({"json_schema": PERSON_SCHEMA}, (4, 12, 25)[i])):  # fmt: skip
+            body = {
+                "text": prompt,
+                "sampling_params": {"temperature": 0.0, "max_new_tokens": 48, **constraint},
+            }
+            expected = generate(colocated.url, body)
+            got = generate_with_handoff_at(held_router.url, held_links, body, stream=stream,
+                                           relay_tokens=at, may_end_on_relay=True)  # fmt: skip
+            assert got.status == 200, got.body
+            assert got.output_ids == expected.output_ids, (constraint, at)
+            assert got.body["text"] == expected.body["text"]
+            record = got.body["meta_info"]["pdd"]
+            if record["finished_on"] == "main":
+                on_main += 1
+                assert record["handoff_tokens"] >= at
+            if "regex" in constraint:  # a finite pattern: the answer completes and parses
+                assert got.body["meta_info"]["finish_reason"]["type"] == "stop"
+                assert json.loads(got.body["text"])["age"] >= 1
+    assert on_main >= 3, on_main  # most handoffs landed inside the structured output
+
+
+def test_grammar_carried_across_catch_up(catchup_router, held_links, colocated):
+    body = {
+        "text": varied_prompts(1, seed=89)[0],
+        "sampling_params": {
+            "temperature": 0.0,
+            "max_new_tokens": 300,
+            "regex": r"([a-z]+ ){200,400}[a-z]+\.",
+        },
+    }
+    expected = generate(colocated.url, body)
+    got = generate_with_handoff_at(catchup_router.url, held_links, body, stream=True,
+                                   relay_tokens=150, relay_more=100)  # fmt: skip
+    assert got.body["meta_info"]["pdd"]["handoff_mode"] == "catch-up"
+    assert got.output_ids == expected.output_ids
