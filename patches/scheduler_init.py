@@ -17,8 +17,9 @@ RECORD = PatchRecord(
     ),
     how=(
         "Before the scheduler is built, install server_args._pdd as the process's config; "
-        "after, refuse server modes a Main-Decode cannot serve (TP/PP/DP > 1, overlap "
-        "scheduler, speculative decoding: they are resolved only here), give a Main-Decode "
+        "after, refuse server modes a Main-Decode cannot serve (TP/PP/DP > 1, DP attention, "
+        "page size > 1, overlap scheduler, speculative decoding: they are resolved only "
+        "here; config.check_main_decode_modes), give a Main-Decode "
         "scheduler its MainDecodeState (control socket), and log "
         "one line naming the pid, the role, the hooks applied in this process, and whether "
         "the sgl_kernel stand-in is active."
@@ -52,6 +53,8 @@ def hook(original, self, server_args, *args, **kwargs):
             dp_size=int(getattr(server_args, "dp_size", 1) or 1),
             overlap=bool(getattr(self, "enable_overlap", False)),
             speculative=getattr(server_args, "speculative_algorithm", None),
+            page_size=int(getattr(server_args, "page_size", 1) or 1),
+            dp_attention=bool(getattr(server_args, "enable_dp_attention", False)),
         )
 
         vocab = getattr(getattr(self, "model_config", None), "vocab_size", None)

@@ -78,6 +78,8 @@ def test_main_decode_refuses_modes_it_cannot_serve_naming_the_flags():
     for change, flag in ((dict(tp_size=2), "--tp-size 2"), (dict(pp_size=2), "--pp-size 2"),
                          (dict(dp_size=4), "--dp-size 4"),
                          (dict(overlap=True), "--disable-overlap-schedule"),
-                         (dict(speculative="EAGLE"), "--speculative-algorithm EAGLE")):  # fmt: skip
+                         (dict(speculative="EAGLE"), "--speculative-algorithm EAGLE"),
+                         (dict(page_size=16), "--page-size 16"),
+                         (dict(dp_attention=True), "--enable-dp-attention")):  # fmt: skip
         with pytest.raises(ValueError, match=f"--pdd-role main does not support .*{flag}"):
             check_main_decode_modes(**{**ok, **change})
