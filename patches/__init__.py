@@ -31,6 +31,8 @@ PATCH_MODULES: tuple[str, ...] = (
     "main_abort",
     "main_idle",
     "penalizer_order",
+    "seeded_sampling",
+    "cpu_seeded_sampler_eager",
 )
 
 

@@ -55,6 +55,14 @@ def hook(result, parser, *args, **kwargs):
         "reaches it on; 0.0.0.0: every interface).",
     )  # fmt: skip
     group.add_argument(
+        "--pdd-seeded-sampling", action="store_true",
+        help="Sample with SGLang's seeded sampler (per-position hash of sampling_seed) on "
+        "this server without --enable-deterministic-inference, so that a seeded request gives "
+        "the same tokens on every instance it passes through; requests without a seed get a "
+        "random one. Give it to every instance of a PDD cluster (and to the router as "
+        "--seeded-sampling).",
+    )  # fmt: skip
+    group.add_argument(
         "--pdd-log-transfers", action="store_true",
         help="Log every KV transfer call (destination and bytes) of this server.",
     )  # fmt: skip

@@ -28,6 +28,9 @@ class PddServerConfig:
     control_port: int = 0
     control_host: str = "0.0.0.0"  # the interface the control socket binds
     log_transfers: bool = False
+    # Sample every request with SGLang's seeded sampler (a request's sampling_seed, or a random
+    # one), without --enable-deterministic-inference: patches/seeded_sampling.py.
+    seeded_sampling: bool = False
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:

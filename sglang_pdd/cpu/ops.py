@@ -18,6 +18,49 @@ IMPLEMENTED = (
     "fused_add_rmsnorm",
     "silu_and_mul",
 )
+# Ops SGLang calls through ``torch.ops.sgl_kernel`` rather than the Python module: the stand-in
+# registers these with ``torch.library`` (name -> schema).
+TORCH_OPS = {
+    "murmur_hash32_cpu": "murmur_hash32_cpu(Tensor seed, Tensor positions, Tensor col_indices)"
+    " -> Tensor",
+}
+
+_MASK32 = 0xFFFFFFFF
+
+
+def _mix32(h, k):
+    """One MurmurHash3 block mix (works on Python ints and on int64 tensors alike)."""
+    k = (k * 0xCC9E2D51) & _MASK32
+    k = ((k << 15) | (k >> 17)) & _MASK32
+    k = (k * 0x1B873593) & _MASK32
+    h = h ^ k
+    h = ((h << 13) | (h >> 19)) & _MASK32
+    return (h * 5 + 0xE6546B64) & _MASK32
+
+
+def murmur_hash32_cpu(seed: torch.Tensor, positions: torch.Tensor,
+                      col_indices: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """SGLang's seeded-sampling hash: ``[n, m]`` uint32, row ``i`` column ``j`` the MurmurHash3
+    of (seed_i low 32 bits, seed_i high 32 bits, positions_i, col_indices_j), as SGLang's
+    Triton kernel (``sglang/kernels/ops/sampling/murmur_hash.py``) computes it.
+
+    The three per-row blocks are mixed exactly on Python ints; the column block and the final
+    mix run on int64 tensors (each product's low 32 bits survive int64 wrap-around)."""
+    rows = []
+    for s, p in zip(seed.tolist(), positions.tolist(), strict=True):
+        s &= 0xFFFFFFFFFFFFFFFF
+        h = _mix32(0, s & _MASK32)
+        h = _mix32(h, (s >> 32) & _MASK32)
+        rows.append(_mix32(h, p & _MASK32))
+    h = torch.tensor(rows, dtype=torch.int64).unsqueeze(1)
+    k = (col_indices.to(torch.int64) & _MASK32).unsqueeze(0)
+    h = _mix32(h, k) ^ 16
+    h = h ^ (h >> 16)
+    h = (h * 0x85EBCA6B) & _MASK32
+    h = h ^ (h >> 13)
+    h = (h * 0xC2B2AE35) & _MASK32
+    h = h ^ (h >> 16)
+    return h.to(torch.uint32)
 
 
 def assign_req_to_token_pool_cpu(

@@ -50,7 +50,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
         if not isinstance(params, dict):
             return _error(400, "sampling_params must be a JSON object (or one per prompt)")
         # n > 1 is served by fanning out (router/fanout.py); the rest must carry over.
-        if unsupported := unsupported_sampling({k: v for k, v in params.items() if k != "n"}):
+        fields = {k: v for k, v in params.items() if k != "n"}
+        if unsupported := unsupported_sampling(fields, seeded=state.config.seeded_sampling):
             return _error(400, unsupported_message(unsupported))
     extra = {k: body[k] for k in LOGPROB_FIELDS if k in body}
     subs, many = expand_generate(body, state.tokenizer, extra)

@@ -110,6 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
         "it until the prefill ends; needs sglang-pdd on P) or only after P answered RLD's",
     )
     p.add_argument(
+        "--seeded-sampling",
+        action="store_true",
+        help="every instance runs with --pdd-seeded-sampling: accept sampling_seed (OpenAI "
+        "seed) with temperature > 0 (refused otherwise: each instance would draw differently)",
+    )
+    p.add_argument(
         "--incremental-streaming-output",
         action="store_true",
         help="/generate streams send only the new output ids and text in each chunk, as "
@@ -169,6 +175,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         upstream_idle_timeout_s=args.upstream_idle_timeout_s,
         main_transfer_start=args.main_transfer_start,
         incremental_streaming_output=args.incremental_streaming_output,
+        seeded_sampling=args.seeded_sampling,
     )  # fmt: skip
 
 

@@ -53,6 +53,9 @@ class RouterConfig:
     main_transfer_start: str = "with-prefill"
     # /generate streams carry only new ids and text per chunk (SGLang's flag of the same name).
     incremental_streaming_output: bool = False
+    # Every instance runs --pdd-seeded-sampling: a seeded request with temperature > 0 draws
+    # the same tokens on each, so the router accepts it (else it refuses sampling_seed).
+    seeded_sampling: bool = False
 
     def __post_init__(self) -> None:
         if not self.prefill:

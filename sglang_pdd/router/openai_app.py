@@ -44,7 +44,8 @@ async def serve_openai(request: web.Request, state: RouterState, kind: str):
     else:
         ids = oai.completion_prompt(body, state.tokenizer)
         sampling = oai.sampling_params(body, default_max_tokens=16)
-    if unsupported := unsupported_sampling(sampling, prefix=""):
+    if unsupported := unsupported_sampling(sampling, prefix="",
+                                           seeded=state.config.seeded_sampling):  # fmt: skip
         names = {"sampling_seed": "seed"}  # back to the OpenAI names the client sent
         raise oai.bad_request(unsupported_message([names.get(n, n) for n in unsupported]))
     n = sample_count(body, "n")

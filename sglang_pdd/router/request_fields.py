@@ -72,17 +72,18 @@ def unsupported_message(fields: list[str]) -> str:
     return f"not supported by the sglang-pdd router: {', '.join(fields)}"
 
 
-def unsupported_sampling(sampling: dict, prefix: str = "sampling_params.") -> list[str]:
+def unsupported_sampling(sampling: dict, prefix: str = "sampling_params.",
+                         seeded: bool = False) -> list[str]:  # fmt: skip
     """Names of sampling parameters the router would carry wrongly across the handoff."""
     bad = [prefix + k for k, v in sampling.items()
            if k not in SAMPLING_FIELDS and not _is_off(k, v)]  # fmt: skip
     if sampling.get("spaces_between_special_tokens") is False:
         # The router detokenizes the merged output itself, with SGLang's default spacing.
         bad.append(prefix + "spaces_between_special_tokens")
-    # A seed makes sampling reproducible only where SGLang's seeded sampler runs; RLD and MD
-    # would each draw from their own state, so a seeded request with temperature > 0 is refused
-    # (greedy ignores the seed).
+    # A seed makes sampling reproducible only where SGLang's seeded sampler runs; unless every
+    # instance runs it (``seeded``: --pdd-seeded-sampling), RLD and MD would each draw from their
+    # own state, so a seeded request with temperature > 0 is refused (greedy ignores the seed).
     temperature = sampling.get("temperature", 1.0)
-    if sampling.get("sampling_seed") is not None and temperature not in (0, 0.0):
+    if not seeded and sampling.get("sampling_seed") is not None and temperature not in (0, 0.0):
         bad.append(prefix + "sampling_seed")
     return sorted(bad)

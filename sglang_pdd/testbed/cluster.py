@@ -41,6 +41,9 @@ class PddClusterConfig:
     # (--incremental-streaming-output): a stream across the WAN then grows linearly with the
     # output, not quadratically, and clients parse only what is new.
     incremental_streams: bool = False
+    # Every server samples with SGLang's seeded sampler (--pdd-seeded-sampling) and the router
+    # accepts seeded requests with temperature > 0.
+    seeded_sampling: bool = False
 
     def __post_init__(self) -> None:
         if self.mains < 1:
@@ -96,10 +99,13 @@ def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 60
                   max_total_tokens=cfg.max_total_tokens)  # fmt: skip
     cpus_a, cpus_b = cfg.datacenter_cpus
     streams = ("--incremental-streaming-output",) if cfg.incremental_streams else ()
+    streams += ("--pdd-seeded-sampling",) if cfg.seeded_sampling else ()
     wan = ("--pdd-wan-bandwidth-mbps", str(cfg.wan.bandwidth_mbps),
            "--pdd-wan-delay-ms", str(cfg.wan.one_way_delay_ms),
            "--pdd-wan-jitter-ms", str(cfg.wan.jitter_ms))  # fmt: skip
     prefill_args = ("--pdd-role", "prefill", "--pdd-wan-hosts", DATACENTER_B_HOST, *wan)
+    if cfg.seeded_sampling:
+        prefill_args += ("--pdd-seeded-sampling",)
     if cfg.log_transfers:
         prefill_args += ("--pdd-log-transfers",)
     specs, ports = [], []
@@ -178,6 +184,8 @@ def add_main_decode(group: ServerGroup, cluster: PddCluster, name: str,
              "--disaggregation-decode-enable-radix-cache")  # fmt: skip
     if cfg.incremental_streams:
         extra += ("--incremental-streaming-output",)
+    if cfg.seeded_sampling:
+        extra += ("--pdd-seeded-sampling",)
     if cfg.kv_events:
         extra += ("--kv-events-config", kv_events_config(events_port))
     server, = group.start(ServerSpec(
@@ -218,7 +226,7 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
             "upstream_keepalive_s": 2.0, "auto_relay_busy_fraction": 0.8,
             "main_transfer_start": "with-prefill",
             "incremental_streaming_output": cfg.incremental_streams,
-            "upstream_idle_timeout_s": 600.0,
+            "upstream_idle_timeout_s": 600.0, "seeded_sampling": cfg.seeded_sampling,
             **overrides}  # fmt: skip
     port = free_port()
     router = group.launch_command(name, _cli(
@@ -233,6 +241,7 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
         "--main-transfer-start", opts["main_transfer_start"],
         "--upstream-idle-timeout-s", str(opts["upstream_idle_timeout_s"]),
         *(("--incremental-streaming-output",) if opts["incremental_streaming_output"] else ()),
+        *(("--seeded-sampling",) if opts["seeded_sampling"] else ()),
         "--wan-bandwidth-mbps", str(cfg.wan.bandwidth_mbps),
         "--wan-rtt-ms", str(2 * cfg.wan.one_way_delay_ms)), port)  # fmt: skip
     # /get_model_info answers once the router has connected to every instance; its /health

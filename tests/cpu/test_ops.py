@@ -85,3 +85,57 @@ def test_silu_and_mul_matches_reference():
     gate, up = x.chunk(2, dim=-1)
     ref = gate * torch.sigmoid(gate) * up
     torch.testing.assert_close(ops.silu_and_mul(x), ref)
+
+
+def _murmur_reference(seed: int, pos: int, col: int) -> int:
+    """MurmurHash3 (x86, 32-bit) of the 16 bytes seed_lo, seed_hi, pos, col, little-endian,
+    hash seed 0, written out from the published algorithm one 4-byte block at a time."""
+    import struct
+
+    data = struct.pack("<QII", seed & (2**64 - 1), pos & (2**32 - 1), col & (2**32 - 1))
+    h = 0
+    for (k,) in struct.iter_unpack("<I", data):
+        k = (k * 0xCC9E2D51) % 2**32
+        k = ((k << 15) | (k >> 17)) % 2**32
+        k = (k * 0x1B873593) % 2**32
+        h ^= k
+        h = ((h << 13) | (h >> 19)) % 2**32
+        h = (h * 5 + 0xE6546B64) % 2**32
+    h ^= len(data)
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) % 2**32
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) % 2**32
+    return h ^ (h >> 16)
+
+
+def test_murmur_hash32_matches_the_published_algorithm():
+    seeds = torch.tensor([0, 42, -7, 2**62 + 12345], dtype=torch.int64)
+    positions = torch.tensor([0, 17, 4095, 100_000], dtype=torch.int64)
+    cols = torch.tensor([0, 1, 255, 1023, 70_000], dtype=torch.int64)
+    got = ops.murmur_hash32_cpu(seeds, positions, cols)
+    assert got.dtype == torch.uint32 and got.shape == (4, 5)
+    for i, (s, p) in enumerate(zip(seeds.tolist(), positions.tolist(), strict=True)):
+        for j, c in enumerate(cols.tolist()):
+            assert int(got[i, j].to(torch.int64)) == _murmur_reference(s, p, c)
+
+
+def test_the_stand_in_registers_murmur_with_torch():
+    """SGLang calls ``torch.ops.sgl_kernel.murmur_hash32_cpu.default`` on the CPU (checked in a
+    fresh interpreter, so that this process's ``sgl_kernel`` stays what it was)."""
+    import subprocess
+    import sys
+
+    from sglang_pdd.cpu.activation import SHIM_DIR
+
+    code = (
+        f"import sys; sys.path.insert(0, {SHIM_DIR!r}); import sgl_kernel, torch\n"
+        "assert sgl_kernel.IS_SGLANG_PDD_STANDIN\n"
+        "from sglang_pdd.cpu import ops\n"
+        "args = (torch.tensor([5]), torch.tensor([9]), torch.arange(4))\n"
+        "got = torch.ops.sgl_kernel.murmur_hash32_cpu.default(*args)\n"
+        "assert torch.equal(got, ops.murmur_hash32_cpu(*args)), got\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr

@@ -25,7 +25,8 @@ def _common(tiny_model) -> dict:
 @pytest.fixture(scope="session")
 def colocated(server_group, tiny_model):
     """One plain (co-located) SGLang server: the reference every PD/PDD output must equal."""
-    return server_group.start(ServerSpec("colocated", **_common(tiny_model)))[0]
+    spec = ServerSpec("colocated", extra_args=("--pdd-seeded-sampling",), **_common(tiny_model))
+    return server_group.start(spec)[0]
 
 
 @pytest.fixture(scope="session")
@@ -56,6 +57,7 @@ def pdd_cluster(server_group, tiny_model, colocated):
         dtype=DTYPE,
         wan=WanLinkConfig(bandwidth_mbps=8.0, one_way_delay_ms=100.0),
         ttft_slo_s=0.0,  # every request takes P-RLD-MD
+        seeded_sampling=True,  # like the co-located reference: seeded requests are comparable
     )
     return start_cluster(server_group, cfg)
 

@@ -179,3 +179,28 @@ def test_grammar_carried_across_catch_up(catchup_router, held_links, colocated):
                                    relay_tokens=150, relay_more=100)  # fmt: skip
     assert got.body["meta_info"]["pdd"]["handoff_mode"] == "catch-up"
     assert got.output_ids == expected.output_ids
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
+def test_seeded_sampling_across_handoffs(held_router, catchup_router, held_links, colocated,
+                                         stream):  # fmt: skip
+    """temperature 0.8, top_p 0.9 and a sampling_seed: every instance runs SGLang's seeded
+    sampler (--pdd-seeded-sampling), so PDD draws the co-located server's tokens, in One-Shot
+    and Catch-Up; another seed draws other tokens."""
+    prompts = varied_prompts(3, seed=97)
+    for i, prompt in enumerate(prompts):
+        sampling = {"temperature": 0.8, "top_p": 0.9, "sampling_seed": 1234 + i,
+                    "max_new_tokens": 200 if i < 2 else 300, "ignore_eos": True}  # fmt: skip
+        body = {"text": prompt, "sampling_params": sampling}
+        expected = generate(colocated.url, body)
+        assert expected.output_ids == generate(colocated.url, body).output_ids  # reproducible
+        other = {**body, "sampling_params": {**sampling, "sampling_seed": 99 + i}}
+        assert generate(colocated.url, other).output_ids != expected.output_ids
+        if i < 2:
+            got = generate_with_handoff_at(held_router.url, held_links, body, stream=stream,
+                                           relay_tokens=(3, 40)[i])  # fmt: skip
+        else:
+            got = generate_with_handoff_at(catchup_router.url, held_links, body, stream=stream,
+                                           relay_tokens=150, relay_more=100)  # fmt: skip
+        assert got.body["meta_info"]["pdd"]["finished_on"] == "main", got.body["meta_info"]
+        assert got.output_ids == expected.output_ids, i

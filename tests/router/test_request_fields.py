@@ -57,6 +57,8 @@ def test_sampling_params_that_the_handoff_would_break_are_refused():
 
 def test_seeds_are_refused_where_they_would_be_broken():
     assert unsupported_sampling({"temperature": 0.0, "sampling_seed": 3}) == []
+    # Every instance runs --pdd-seeded-sampling: the seed holds across them.
+    assert unsupported_sampling({"temperature": 0.8, "sampling_seed": 3}, seeded=True) == []
     assert unsupported_sampling({"sampling_seed": 3}) == ["sampling_params.sampling_seed"]
     assert unsupported_sampling({"temperature": 0.8, "sampling_seed": 3}, prefix="") == [
         "sampling_seed"

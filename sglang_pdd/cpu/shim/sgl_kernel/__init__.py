@@ -22,6 +22,25 @@ for _name in _ops.IMPLEMENTED:
     globals()[_name] = getattr(_ops, _name)
 
 
+def _register_torch_ops():
+    """Define the ops SGLang calls as ``torch.ops.sgl_kernel.<name>`` (CPU kernels only)."""
+    import torch
+
+    library = torch.library.Library("sgl_kernel", "FRAGMENT")
+    for name, schema in _ops.TORCH_OPS.items():
+        try:
+            getattr(torch.ops.sgl_kernel, name)
+            continue  # already defined (another copy of the stand-in in this process)
+        except AttributeError:
+            pass
+        library.define(schema)
+        library.impl(name, getattr(_ops, name), "CPU")
+    return library
+
+
+_TORCH_LIBRARY = _register_torch_ops()  # kept alive: dropping it unregisters the ops
+
+
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
