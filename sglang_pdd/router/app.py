@@ -7,6 +7,7 @@ import logging
 
 from aiohttp import web
 
+from sglang_pdd.router.auth import api_key_middleware
 from sglang_pdd.router.fanout import expand_generate, merged_events
 from sglang_pdd.router.openai_app import serve_openai
 from sglang_pdd.router.record import TokenDelta
@@ -217,7 +218,8 @@ async def upstream_errors(request, handler):
 
 
 def build_app(state: RouterState) -> web.Application:
-    app = web.Application(middlewares=[upstream_errors], client_max_size=64 * 1024 * 1024)
+    app = web.Application(middlewares=[api_key_middleware(state.config.api_key), upstream_errors],
+                          client_max_size=64 * 1024 * 1024)  # fmt: skip
     app[STATE] = state
     app.router.add_post("/generate", generate)
     app.router.add_post("/v1/completions", completions)

@@ -96,6 +96,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="give up connecting to an instance after this long (the request gets a 502)",
     )
     p.add_argument(
+        "--api-key",
+        default=None,
+        help="clients must send 'Authorization: Bearer KEY' (as sglang.launch_server "
+        "--api-key); /health*, /ready*, /metrics stay open",
+    )
+    p.add_argument(
+        "--instance-api-key",
+        default=None,
+        help="key the router presents to every instance (P, RLD, MD) started with --api-key",
+    )
+    p.add_argument(
         "--upstream-idle-timeout-s",
         type=float,
         default=600.0,
@@ -173,6 +184,8 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         tokenizer_path=args.tokenizer_path, upstream_keepalive_s=args.upstream_keepalive_s,
         upstream_connect_timeout_s=args.upstream_connect_timeout_s,
         upstream_idle_timeout_s=args.upstream_idle_timeout_s,
+        api_key=args.api_key,
+        instance_api_key=args.instance_api_key,
         main_transfer_start=args.main_transfer_start,
         incremental_streaming_output=args.incremental_streaming_output,
         seeded_sampling=args.seeded_sampling,

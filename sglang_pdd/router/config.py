@@ -46,6 +46,10 @@ class RouterConfig:
     # clock starts at the final handoff.
     upstream_connect_timeout_s: float = 10.0
     upstream_idle_timeout_s: float = 600.0
+    # Clients must send "Authorization: Bearer <api_key>" (as to sglang.launch_server --api-key).
+    api_key: str | None = None
+    # Sent to every instance as "Authorization: Bearer <key>" (instances started with --api-key).
+    instance_api_key: str | None = None
     # P-RLD-MD: when Main-Decode's copy of the KV is requested from P. "with-prefill": at once,
     # beside Relay-Decode's (P holds it until the prefill ends; MD's KV leaves when it does);
     # "after-relay": once P answered Relay-Decode's request (the earlier behaviour, for
@@ -92,6 +96,10 @@ class RouterConfig:
             raise ValueError(f"--main-transfer-start must be one of "
                              f"{', '.join(MAIN_TRANSFER_STARTS)}, got "
                              f"{self.main_transfer_start!r}")  # fmt: skip
+        for flag, value in (("--api-key", self.api_key),
+                            ("--instance-api-key", self.instance_api_key)):  # fmt: skip
+            if value is not None and (not value or any(c.isspace() for c in value)):
+                raise ValueError(f"{flag} must be a non-empty key without spaces")
         if self.cache_block_tokens < 1:
             raise ValueError("--cache-block-tokens must be >= 1")
 

@@ -17,6 +17,7 @@ from sglang_pdd.policy import (
     PipelinePolicy,
     RequestFacts,
 )
+from sglang_pdd.router.auth import upstream_headers
 from sglang_pdd.router.config import MainEndpoint, RouterConfig
 from sglang_pdd.router.main_control import MainControlClient
 from sglang_pdd.router.main_site import MainSite
@@ -70,8 +71,11 @@ class RouterState:
             force_close=keepalive == 0,
             keepalive_timeout=keepalive if keepalive > 0 else None,
         )
-        self.session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(
-            total=None, sock_connect=self.config.upstream_connect_timeout_s))  # fmt: skip
+        self.session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=None,
+                                          sock_connect=self.config.upstream_connect_timeout_s),
+            headers=upstream_headers(self.config.instance_api_key))  # fmt: skip
         for url in self.config.prefill:
             info = await self._get(f"{url}/get_server_info")
             host = url.split("://", 1)[1].rsplit(":", 1)[0]

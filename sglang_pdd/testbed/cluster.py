@@ -217,7 +217,8 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
                  **overrides) -> ServerProcess:  # fmt: skip
     """Start a(nother) router in front of ``cluster``; ``overrides`` replace config fields
     (``handoff_mode``, ``catchup_threshold``, ``catchup_chunk``, ``ttft_slo_s``,
-    ``upstream_keepalive_s``, ``auto_relay_busy_fraction``, ``upstream_idle_timeout_s``), and
+    ``upstream_keepalive_s``, ``auto_relay_busy_fraction``, ``upstream_idle_timeout_s``,
+    ``seeded_sampling``, ``api_key``), and
     ``relay_url`` reaches Relay-Decode another way (e.g. through a slow proxy), ``mains`` replaces
     the Main-Decodes it routes to."""
     cfg = cluster.config
@@ -227,6 +228,7 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
             "main_transfer_start": "with-prefill",
             "incremental_streaming_output": cfg.incremental_streams,
             "upstream_idle_timeout_s": 600.0, "seeded_sampling": cfg.seeded_sampling,
+            "api_key": None,
             **overrides}  # fmt: skip
     port = free_port()
     router = group.launch_command(name, _cli(
@@ -242,11 +244,12 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
         "--upstream-idle-timeout-s", str(opts["upstream_idle_timeout_s"]),
         *(("--incremental-streaming-output",) if opts["incremental_streaming_output"] else ()),
         *(("--seeded-sampling",) if opts["seeded_sampling"] else ()),
+        *(("--api-key", opts["api_key"]) if opts["api_key"] else ()),
         "--wan-bandwidth-mbps", str(cfg.wan.bandwidth_mbps),
         "--wan-rtt-ms", str(2 * cfg.wan.one_way_delay_ms)), port)  # fmt: skip
     # /get_model_info answers once the router has connected to every instance; its /health
     # would also probe them, which a deliberately slow link can push past the probe's timeout.
-    group.wait_ready(router, timeout=120, path="/get_model_info")
+    group.wait_ready(router, timeout=120, path="/get_model_info", api_key=opts["api_key"])
     return router
 
 

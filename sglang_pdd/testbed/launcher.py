@@ -208,8 +208,9 @@ class ServerGroup:
         return server
 
     def wait_ready(self, server: ServerProcess, timeout: float = 300.0,
-                   path: str | None = "/health") -> None:  # fmt: skip
-        """Block until ``server`` answers ``path`` (or accepts TCP when ``path`` is None)."""
+                   path: str | None = "/health", api_key: str | None = None) -> None:  # fmt: skip
+        """Block until ``server`` answers ``path`` (or accepts TCP when ``path`` is None),
+        presenting ``api_key`` as a bearer token when given."""
         name = server.name
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -222,7 +223,9 @@ class ServerGroup:
                 if path is None:
                     with socket.create_connection((server.host, server.port), timeout=2):
                         return
-                with urllib.request.urlopen(server.url + path, timeout=5) as resp:
+                headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+                request = urllib.request.Request(server.url + path, headers=headers)
+                with urllib.request.urlopen(request, timeout=5) as resp:
                     if resp.status == 200:
                         return
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):

@@ -426,3 +426,21 @@ def test_flags_are_in_launch_server_help():
     )
     for flag in ("--pdd-role", "--pdd-wan-hosts", "--pdd-control-port", "--pdd-control-host"):
         assert flag in result.stdout
+
+
+def test_router_api_key(server_group, pdd_cluster, colocated):
+    """--api-key as on sglang.launch_server: 401 without the key, probes stay open."""
+    from sglang_pdd.testbed.cluster import start_router
+
+    router = start_router(server_group, pdd_cluster, name="router-keyed", api_key="s3cret")
+    body = _body("keyed", 4)
+    assert requests.post(router.url + "/generate", json=body, timeout=60).status_code == 401
+    wrong = {"Authorization": "Bearer nope"}
+    resp = requests.post(router.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2},
+                         headers=wrong, timeout=60)  # fmt: skip
+    assert resp.status_code == 401 and resp.json() == {"error": "Unauthorized"}
+    assert requests.get(router.url + "/health", timeout=60).status_code == 200
+    ok = requests.post(router.url + "/generate", json=body, timeout=300,
+                       headers={"Authorization": "Bearer s3cret"})  # fmt: skip
+    assert ok.status_code == 200
+    assert ok.json()["output_ids"] == generate(colocated.url, body).output_ids

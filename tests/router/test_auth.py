@@ -1,0 +1,39 @@
+"""The router's API key rule (SGLang's) and the key it presents to instances."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_pdd.router.auth import authorized, upstream_headers
+from sglang_pdd.router.config import MainEndpoint, RouterConfig
+
+
+@pytest.mark.parametrize("path, method, header, allowed", [
+    ("/generate", "POST", "Bearer s3cret", True),
+    ("/generate", "POST", "bearer s3cret", True),
+    ("/generate", "POST", "Bearer wrong", False),
+    ("/generate", "POST", "s3cret", False),
+    ("/v1/chat/completions", "POST", None, False),
+    ("/pdd/requests", "GET", None, False),
+    ("/health", "GET", None, True),
+    ("/health_generate", "GET", None, True),
+    ("/metrics", "GET", None, True),
+    ("/generate", "OPTIONS", None, True),
+])  # fmt: skip
+def test_a_key_guards_everything_but_probes(path, method, header, allowed):
+    assert authorized(path, method, header, "s3cret") is allowed
+    assert authorized(path, method, header, None)  # no key: open, as SGLang
+
+
+def test_instances_get_the_instance_key():
+    assert upstream_headers("k1") == {"Authorization": "Bearer k1"}
+    assert upstream_headers(None) == {}
+
+
+def test_bad_keys_are_refused_naming_the_flag():
+    base = dict(prefill=("http://p:1",), relay=("http://r:1",),
+                main=(MainEndpoint("http://m:1", "tcp://m:2"),))  # fmt: skip
+    for flag, field in (("--api-key", "api_key"), ("--instance-api-key", "instance_api_key")):
+        for bad in ("", "two words"):
+            with pytest.raises(ValueError, match=flag):
+                RouterConfig(**base, **{field: bad})
