@@ -26,6 +26,10 @@ class ClientRun:
             # Every instance would see two requests under the same sub-rids.
             raise UpstreamError(400, {"error": {"message": f"Duplicate request ID: {self.rid}",
                                                 "code": 400}})  # fmt: skip
+        if bad := out_of_vocab(input_ids, state.vocab_size):
+            # A plain SGLang 0.5.23 server's scheduler dies on such an id (an IndexError in
+            # the embedding): refuse it before any instance sees it.
+            raise UpstreamError(400, {"error": {"message": bad, "code": 400}})
         self.body = {"input_ids": input_ids, "sampling_params": sampling, **extra}
         max_new = int(sampling.get("max_new_tokens", 128) or 128)
         decision, instances, main_plan = state.plan(input_ids, max_new)
@@ -92,3 +96,15 @@ class ClientRun:
                         output_token_logprobs=self.token_logprobs[since:],
                         output_top_logprobs=self.top_logprobs[since:])  # fmt: skip
         return meta
+
+
+def out_of_vocab(input_ids: list, vocab_size: int) -> str | None:
+    """Why ``input_ids`` cannot be served (an id that is not an int in [0, vocab_size)), or
+    None. ``vocab_size`` 0: unknown, nothing checked."""
+    if not vocab_size:
+        return None
+    for position, token in enumerate(input_ids):
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab_size:
+            return (f"input_ids[{position}] = {token!r} is outside the model's vocabulary "
+                    f"[0, {vocab_size})")  # fmt: skip
+    return None

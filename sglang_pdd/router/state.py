@@ -54,6 +54,7 @@ class RouterState:
         self.model_info: dict = {}
         self.server_info: dict = {}
         self.tokenizer = None
+        self.vocab_size = 0  # ids at or above it are refused (SGLang's scheduler dies on them)
         self.kv_bytes_per_token = 0
         # Relay-Decode's live load per URL, polled from SGLang's /v1/loads.
         self.relay_loads: dict[str, float] = {}
@@ -94,6 +95,7 @@ class RouterState:
         path = self.config.tokenizer_path or self.server_info.get("tokenizer_path") or (
             self.model_info["model_path"])  # fmt: skip
         self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.vocab_size = _model_vocab_size(self.model_info.get("model_path"), self.tokenizer)
         self.kv_bytes_per_token = await self._kv_bytes_per_token()
         if self.config.relay:
             self._load_poller = asyncio.get_running_loop().create_task(self._poll_relay_loads())
@@ -250,3 +252,19 @@ class MainPlan:
     dependency: MainTransfer | None
     carries_dependency: bool
     extra_backlog: float
+
+
+def _model_vocab_size(model_path: str | None, tokenizer) -> int:
+    """The model's embedding rows (its config's vocab_size), else the tokenizer's size."""
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(model_path)
+        size = getattr(config, "vocab_size", None) or getattr(
+            getattr(config, "text_config", None), "vocab_size", None)  # fmt: skip
+        if size:
+            return int(size)
+    except (OSError, ValueError, TypeError) as exc:
+        logger.info("sglang-pdd router: no model config at %s (%s); the tokenizer's size "
+                    "bounds input ids", model_path, exc)  # fmt: skip
+    return len(tokenizer)

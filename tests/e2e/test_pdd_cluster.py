@@ -278,6 +278,11 @@ def test_bad_input_gets_sglang_errors_and_cluster_keeps_serving(pdd_cluster, col
     via_pdd = requests.post(router + "/generate", json=too_long, timeout=120)
     assert plain.status_code >= 400 and via_pdd.status_code == plain.status_code
     assert "context" in via_pdd.text.lower() or "length" in via_pdd.text.lower()
+    # An id outside the vocabulary kills a plain SGLang 0.5.23 scheduler (IndexError in the
+    # embedding); the router refuses it before any instance sees it.
+    beyond = {"input_ids": [5, 10**6], "sampling_params": {"max_new_tokens": 4}}
+    resp = requests.post(router + "/generate", json=beyond, timeout=60)
+    assert resp.status_code == 400 and "input_ids[1]" in resp.text, resp.text
     ok = generate(router, _body("still serving", 6))
     assert ok.status == 200 and len(ok.output_ids) == 6
 

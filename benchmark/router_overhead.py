@@ -1,0 +1,227 @@
+"""What the router adds to every streamed token (issue 10, item 2).
+
+The same kind of streams, on a local P + MD pair with no emulated WAN delay, two ways, in
+alternating rounds: straight from the instances (P's /generate and MD's /generate with a
+bootstrap room, as SGLang's own PD client does, through the same proxy hop the router uses),
+and through the router's P-MD pipeline. For each concurrency it prints per-token gaps (P50/P99;
+a chunk of k tokens counts its gap as k gaps of 1/k), end-to-end time, errors, the router's added
+latency per token (router minus direct gap, P50/P99; and the median end-to-end difference over
+a stream's tokens, which does not depend on how each path groups tokens into chunks) and the
+router's CPU per token (from /proc).
+
+    bash scripts/with-env.sh python benchmark/router_overhead.py --streams 16,100
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+from sglang_pdd.testbed.cluster import PddClusterConfig, start_cluster
+from sglang_pdd.testbed.launcher import ServerGroup
+from sglang_pdd.transfer.wan_link import WanLinkConfig
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process ``pid`` (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100.0  # utime, stime in clock ticks (100 Hz)
+
+
+async def _stream(session, url: str, body: dict, gaps: list[float]) -> tuple[int, float]:
+    """POST a streamed /generate; append each token's share of the gap between chunks to
+    ``gaps``; return (tokens, end-to-end seconds). Raises on an error status."""
+    start = last = time.perf_counter()
+    seen = 0
+    async with session.post(url + "/generate", json={**body, "stream": True}) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"{url}: HTTP {resp.status}: {(await resp.text())[:200]}")
+        async for raw in resp.content:
+            line = raw.strip()
+            if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+                continue
+            chunk = json.loads(line[5:])
+            ids = chunk.get("output_ids") or []
+            now = time.perf_counter()
+            if len(ids) > seen:
+                if seen:  # the first chunk is time to first token, not a gap
+                    gaps.extend([(now - last) / (len(ids) - seen)] * (len(ids) - seen))
+                seen, last = len(ids), now
+    return seen, time.perf_counter() - start
+
+
+async def _direct(session, cluster, body: dict, gaps: list[float]) -> tuple[int, float]:
+    """One request straight to P and MD, as SGLang's own PD client sends it."""
+    room = random.getrandbits(63)
+    sub = {**body, "bootstrap_host": "127.0.0.1", "bootstrap_port": cluster.prefill.bootstrap_port,
+           "bootstrap_room": room}  # fmt: skip
+    prefill = asyncio.ensure_future(session.post(cluster.prefill.url + "/generate", json=sub))
+    try:
+        return await _stream(session, cluster.mains[0].http_via_wan, sub, gaps)
+    finally:
+        resp = await prefill
+        resp.release()
+
+
+async def _batch(mode: str, cluster, streams: int, args, rng: random.Random) -> dict:
+    gaps: list[float] = []
+    limits = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
+    async with aiohttp.ClientSession(connector=limits, timeout=timeout) as session:
+
+        async def one():
+            ids = [rng.randrange(5, args.vocab) for _ in range(args.prompt_tokens)]
+            body = {
+                "input_ids": ids,
+                "sampling_params": {
+                    "temperature": 0.0,
+                    "max_new_tokens": args.max_new_tokens,
+                    "ignore_eos": True,
+                },
+            }
+            if mode == "direct":
+                return await _direct(session, cluster, body, gaps)
+            return await _stream(session, cluster.router_url, body, gaps)
+
+        results = await asyncio.gather(*(one() for _ in range(streams)), return_exceptions=True)
+    ok = [r for r in results if not isinstance(r, BaseException)]
+    return {"gaps": gaps, "e2e": [e for _, e in ok], "tokens": sum(t for t, _ in ok),
+            "errors": len(results) - len(ok),
+            "error_sample": next((repr(r)[:160] for r in results
+                                  if isinstance(r, BaseException)), None)}  # fmt: skip
+
+
+def _measure(cluster, streams: int, args, rng: random.Random) -> dict:
+    totals = {m: {"gaps": [], "e2e": [], "tokens": 0, "errors": 0, "error_sample": None}
+              for m in ("direct", "router")}  # fmt: skip
+    cpu = 0.0
+    for r in range(args.rounds):
+        for mode in ("direct", "router") if r % 2 == 0 else ("router", "direct"):
+            before = _cpu_seconds(cluster.router.proc.pid)
+            out = asyncio.run(_batch(mode, cluster, streams, args, rng))
+            if mode == "router":
+                cpu += _cpu_seconds(cluster.router.proc.pid) - before
+            agg = totals[mode]
+            for key in ("gaps", "e2e"):
+                agg[key] += out[key]
+            agg["tokens"] += out["tokens"]
+            agg["errors"] += out["errors"]
+            agg["error_sample"] = agg["error_sample"] or out["error_sample"]
+    d, r = totals["direct"], totals["router"]
+    return {
+        "streams": streams,
+        "direct": _summary(d),
+        "router": _summary(r),
+        "added_per_token_ms_p50": 1e3 * (_pct(r["gaps"], 0.5) - _pct(d["gaps"], 0.5)),
+        "added_per_token_ms_p99": 1e3 * (_pct(r["gaps"], 0.99) - _pct(d["gaps"], 0.99)),
+        "router_cpu_ms_per_token": 1e3 * cpu / max(r["tokens"], 1),
+        # Robust to how differently the two paths batch tokens into chunks: the median
+        # end-to-end difference spread over a stream's tokens.
+        "added_e2e_ms_per_token": 1e3
+        * (_summary(r)["e2e_s_p50"] - _summary(d)["e2e_s_p50"])
+        / args.max_new_tokens,
+    }
+
+
+def _summary(agg: dict) -> dict:
+    return {"tokens": agg["tokens"], "errors": agg["errors"], "error_sample": agg["error_sample"],
+            "gap_ms_p50": 1e3 * _pct(agg["gaps"], 0.5), "gap_ms_p99": 1e3 * _pct(agg["gaps"], 0.99),
+            "e2e_s_p50": statistics.median(agg["e2e"]) if agg["e2e"] else float("nan")}  # fmt: skip
+
+
+def _print(rows: list[dict]) -> None:
+    head = (
+        f"{'streams':>7} {'path':<7} {'tokens':>7} {'err':>4} {'gap p50':>8} {'gap p99':>8} "
+        f"{'E2E p50':>8} | {'added/token p50':>15} {'p99':>7} {'router CPU/token':>16}"
+    )
+    print(head)
+    print("-" * len(head))
+    for row in rows:
+        for path in ("direct", "router"):
+            s = row[path]
+            extra = ""
+            if path == "router":
+                extra = (f" | {row['added_per_token_ms_p50']:>13.2f}ms "
+                         f"{row['added_per_token_ms_p99']:>5.2f}ms "
+                         f"{row['added_e2e_ms_per_token']:>7.2f}ms "
+                         f"{row['router_cpu_ms_per_token']:>14.3f}ms")  # fmt: skip
+            print(f"{row['streams']:>7} {path:<7} {s['tokens']:>7} {s['errors']:>4} "
+                  f"{s['gap_ms_p50']:>6.1f}ms {s['gap_ms_p99']:>6.1f}ms {s['e2e_s_p50']:>7.2f}s"
+                  f"{extra}")  # fmt: skip
+            if s["error_sample"]:
+                print(f"        first error: {s['error_sample']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--model-path", default=None, help="default: a generated 2-layer model")
+    ap.add_argument("--streams", default="16,100", help="comma-separated concurrencies")
+    ap.add_argument("--rounds", type=int, default=2, help="alternating direct/router rounds")
+    ap.add_argument("--prompt-tokens", type=int, default=64)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--max-total-tokens", type=int, default=131072)
+    ap.add_argument("--json", default="out/router_overhead.json")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    try:
+        levels = [int(x) for x in args.streams.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--streams: comma-separated integers, got {args.streams!r}")
+    if not levels or min(levels) < 1 or args.rounds < 1:
+        ap.error("--streams needs positive integers and --rounds >= 1")
+    workdir = Path(tempfile.mkdtemp(prefix="sglang-pdd-router-overhead-"))
+    model = args.model_path
+    if model is None:
+        from sglang_pdd.testbed.tiny_model import TinyModelConfig, write_tiny_model
+
+        model = str(write_tiny_model(workdir / "tiny-model", TinyModelConfig(seed=args.seed)))
+    cfg = PddClusterConfig(model_path=model, wan=WanLinkConfig(bandwidth_mbps=100_000.0,
+                                                                one_way_delay_ms=0.0),
+                           ttft_slo_s=1e9,  # every request P-MD: no relay, no handoff
+                           max_total_tokens=args.max_total_tokens, kv_events=False,
+                           log_transfers=False)  # fmt: skip
+    from transformers import AutoTokenizer
+
+    args.vocab = len(AutoTokenizer.from_pretrained(model))  # prompts of ids the model knows
+    rng = random.Random(args.seed)
+    rows = []
+    with ServerGroup(log_dir=workdir / "logs") as group:
+        print(f"starting P, MD and a router (logs: {group.log_dir}) ...", flush=True)
+        cluster = start_cluster(group, cfg)
+        for streams in levels:
+            print(f"{streams} concurrent streams x {args.rounds} rounds ...", flush=True)
+            rows.append(_measure(cluster, streams, args, rng))
+    _print(rows)
+    goal = rows[[r["streams"] for r in rows].index(100)] if 100 in levels else None
+    if goal is not None:
+        met = goal["added_per_token_ms_p99"] <= 0.5
+        print(
+            f"goal (<= 0.5 ms P99 added per token at 100 streams): "
+            f"{'met' if met else 'MISSED'} ({goal['added_per_token_ms_p99']:.2f} ms)"
+        )
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

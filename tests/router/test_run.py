@@ -1,0 +1,16 @@
+"""``out_of_vocab``: input ids a scheduler would die on are named before any instance sees them."""
+
+from __future__ import annotations
+
+from sglang_pdd.router.run import out_of_vocab
+
+
+def test_input_ids_outside_the_vocabulary_are_named():
+    assert out_of_vocab([0, 5, 99], 100) is None
+    assert out_of_vocab([1, 100], 100) == (
+        "input_ids[1] = 100 is outside the model's vocabulary [0, 100)"
+    )
+    assert "input_ids[0] = -1" in out_of_vocab([-1], 100)
+    assert "input_ids[2] = 'x'" in out_of_vocab([1, 2, "x"], 100)
+    assert "True" in out_of_vocab([True], 100)
+    assert out_of_vocab([10**9], 0) is None  # unknown vocabulary: nothing to check
