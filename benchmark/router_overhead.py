@@ -147,7 +147,8 @@ def _summary(agg: dict) -> dict:
 def _print(rows: list[dict]) -> None:
     head = (
         f"{'streams':>7} {'path':<7} {'tokens':>7} {'err':>4} {'gap p50':>8} {'gap p99':>8} "
-        f"{'E2E p50':>8} | {'added/token p50':>15} {'p99':>7} {'router CPU/token':>16}"
+        f"{'E2E p50':>8} | {'added/token p50':>15} {'p99':>7} {'E2E/token':>9} "
+        f"{'router CPU/token':>16}"
     )
     print(head)
     print("-" * len(head))
