@@ -155,7 +155,7 @@ def next_handoff_batch(scheduler, state, running_batch):
 
 
 def advance_grammar(req, token_ids: list[int]) -> str | None:
-    """Advance the request's grammar (json_schema, regex, ebnf) over the handed-off ids it has
+    """Advance the request's grammar (json_schema, regex) over the handed-off ids it has
     not seen, so that MD's next token is constrained where a co-located server's would be.
     SGLang's own PD decode accepts P's first token when a prebuilt request joins decoding; a
     parked request never did, so its grammar starts from the first id. Returns why the ids

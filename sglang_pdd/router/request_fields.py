@@ -39,13 +39,13 @@ OPENAI_FIELDS = frozenset({
 # min_new_tokens are carried because MD counts the handed-off ids into SGLang's penalizers
 # (sglang_pdd.main_decode.penalties); grammars because MD advances the request's grammar over
 # them (sglang_pdd.main_decode.extend.advance_grammar); logit_bias is static per request.
-# Refused: structural_tag (untested), custom logit processors, stop_regex (untested across the
-# handoff), beam search and watermarks.
+# Refused: ebnf and structural_tag (the same mechanism, not tested), custom logit processors,
+# stop_regex (untested across the handoff), beam search and watermarks.
 SAMPLING_FIELDS = frozenset({
     "max_new_tokens", "stop", "stop_token_ids", "temperature", "top_p", "top_k", "min_p",
     "ignore_eos", "skip_special_tokens", "no_stop_trim", "stream_interval", "sampling_seed",
     "spaces_between_special_tokens", "frequency_penalty", "presence_penalty",
-    "repetition_penalty", "min_new_tokens", "logit_bias", "json_schema", "regex", "ebnf",
+    "repetition_penalty", "min_new_tokens", "logit_bias", "json_schema", "regex",
 })  # fmt: skip
 
 # Values that mean the feature is off, per field (besides None / False / empty).
