@@ -41,8 +41,6 @@ def test_small_main_decode_serves_more_than_it_holds(small_main_router, colocate
             assert result.status == 200, result.body
             assert result.output_ids == want
             prompt_tokens += result.body["meta_info"]["prompt_tokens"]
-        finished_on = [r.body["meta_info"]["pdd"]["finished_on"] for r in results]
-        assert "main" in finished_on, finished_on
     assert prompt_tokens > 2 * POOL_TOKENS  # the demand really exceeded the pool
     wait_router_settled(router.url)
     assert small.server.proc.poll() is None, "Main-Decode died"
