@@ -23,7 +23,10 @@ def small_main_router(server_group, pdd_cluster):
 
     small = add_main_decode(server_group, pdd_cluster, "main-small", max_total_tokens=POOL_TOKENS)
     router = start_router(server_group, pdd_cluster, name="router-small-main", mains=[small])
-    return router, small
+    yield router, small
+    # The session's servers must fit a 24 GB machine: this module's two go when it ends.
+    router.stop()
+    small.server.stop()
 
 
 def test_small_main_decode_serves_more_than_it_holds(small_main_router, colocated):
