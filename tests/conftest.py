@@ -39,3 +39,10 @@ def tiny_model(tmp_path_factory) -> Path:
     from sglang_pdd.testbed.tiny_model import TinyModelConfig, write_tiny_model
 
     return write_tiny_model(tmp_path_factory.mktemp("tiny-model"), TinyModelConfig(seed=0))
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Run the e2e tests (real servers, most of the machine's memory) after everything else, so
+    that the tests that import SGLang in a fresh subprocess never compete with them."""
+    e2e = REPO / "tests" / "e2e"
+    items.sort(key=lambda item: Path(str(item.path)).is_relative_to(e2e))

@@ -247,6 +247,16 @@ class ServerGroup:
         for server in reversed(self.servers):
             server.stop()
 
+    def stop_named(self, *names: str) -> None:
+        """Stop the servers called ``names`` (a fixture's own, when the module using them ends,
+        so that a small machine never holds every server of a session at once)."""
+        unknown = set(names) - {server.name for server in self.servers}
+        if unknown:
+            raise ValueError(f"no server named {sorted(unknown)} in this group")
+        for server in reversed(self.servers):
+            if server.name in names:
+                server.stop()
+
     def __enter__(self) -> ServerGroup:
         return self
 

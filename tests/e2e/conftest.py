@@ -29,11 +29,15 @@ def colocated(server_group, tiny_model):
     return server_group.start(spec)[0]
 
 
-@pytest.fixture(scope="session")
+# Fixtures used by one module only are module-scoped and stop their servers when it ends: the
+# whole session's servers at once do not fit CI's 24 GB machine.
+
+
+@pytest.fixture(scope="module")
 def pd_servers(server_group, tiny_model, colocated):
     """(colocated, prefill, decode): one plain server and one SGLang PD pair over Mooncake TCP."""
     common = _common(tiny_model)
-    return (colocated,) + tuple(
+    yield (colocated,) + tuple(
         server_group.start(
             ServerSpec("prefill", role="prefill", extra_args=("--pdd-log-transfers",), **common),
             ServerSpec(
@@ -44,6 +48,7 @@ def pd_servers(server_group, tiny_model, colocated):
             ),
         )
     )
+    server_group.stop_named("prefill", "decode")
 
 
 @pytest.fixture(scope="session")
@@ -116,15 +121,16 @@ def main_only_router(server_group, pdd_cluster):
     return start_router(server_group, pdd_cluster, name="router-p-md", ttft_slo_s=1e9)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def small_relay(server_group, tiny_model, pdd_cluster):
     """A Relay-Decode with room for only 8192 KV tokens, so one long request makes it busy."""
     common = {**_common(tiny_model), "max_total_tokens": 8192}
     spec = ServerSpec("relay-small", role="decode", extra_args=("--pdd-role", "relay"), **common)
-    return server_group.start(spec)[0]
+    yield server_group.start(spec)[0]
+    server_group.stop_named("relay-small")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def small_relay_links(small_relay, held_links):
     """A gate to the small relay, and (shared) the stallable link to MD's control socket."""
     from tests.e2e.held_links import HeldLinks
@@ -135,19 +141,21 @@ def small_relay_links(small_relay, held_links):
     links.release()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def auto_router(server_group, pdd_cluster, small_relay_links):
     """An auto-handoff router on the small relay: Catch-Up below half load, One-Shot above."""
-    return _held_router(server_group, pdd_cluster, small_relay_links, "router-auto",
-                        handoff_mode="auto", catchup_threshold=4, catchup_chunk=64,
-                        auto_relay_busy_fraction=0.5)  # fmt: skip
+    yield _held_router(server_group, pdd_cluster, small_relay_links, "router-auto",
+                       handoff_mode="auto", catchup_threshold=4, catchup_chunk=64,
+                       auto_relay_busy_fraction=0.5)  # fmt: skip
+    server_group.stop_named("router-auto")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def two_mains_router(server_group, pdd_cluster):
     """A router over the cluster's Main-Decode and a second one (both behind the WAN)."""
     from sglang_pdd.testbed.cluster import add_main_decode, start_router
 
     second = add_main_decode(server_group, pdd_cluster, "main-b")
-    return start_router(server_group, pdd_cluster, name="router-two-mains",
-                        mains=[pdd_cluster.mains[0], second])  # fmt: skip
+    yield start_router(server_group, pdd_cluster, name="router-two-mains",
+                       mains=[pdd_cluster.mains[0], second])  # fmt: skip
+    server_group.stop_named("router-two-mains", "main-b")

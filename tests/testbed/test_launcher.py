@@ -61,3 +61,19 @@ def test_ctrl_c_tears_down_every_process(tmp_path):
     while _alive(child_pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _alive(child_pid)
+
+
+def test_stop_named_stops_only_those_servers(tmp_path):
+    import pytest
+
+    from sglang_pdd.testbed.launcher import ServerGroup
+
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    with ServerGroup(log_dir=tmp_path) as group:
+        kept = group.launch_command("kept", sleeper, free_port())
+        gone = group.launch_command("gone", sleeper, free_port())
+        with pytest.raises(ValueError, match="no-such"):
+            group.stop_named("gone", "no-such")
+        assert gone.alive()
+        group.stop_named("gone")
+        assert not gone.alive() and kept.alive()
