@@ -16,8 +16,11 @@ A Catch-Up chunk (not final) only builds KV: it runs as a middle chunk of a chun
 streaming one middle chunk per batch, so a batch carries at most one chunk.
 
 Memory: a handoff is taken only when the KV pool (free plus evictable radix-cache slots, less
-what the running requests reserve for their next tokens) holds its new ids. Otherwise it waits
-in the control state for decoding requests to free memory; one that could never fit is refused.
+what the running requests reserve for their next tokens) holds its new ids. A Catch-Up chunk
+that does not fit waits for a later iteration (Relay-Decode streams on meanwhile); a final
+handoff that does not fit is deferred: dropped with a ``deferred`` event, the request stays
+parked, and the router, which keeps Relay-Decode streaming until a final handoff is taken,
+sends it again later with the ids generated since. One that could never fit is refused.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from __future__ import annotations
 import logging
 
 from sglang_pdd.main_decode.penalties import UnknownPenalizerError, count_handed_off_ids
-from sglang_pdd.main_decode.state import set_handoff_tokens
+from sglang_pdd.main_decode.state import HandoffDeferred, set_handoff_tokens
 
 logger = logging.getLogger("sglang_pdd")
 
@@ -61,19 +64,16 @@ class KvBudget:
 
 class HandoffAdmission:
     """Which waiting handoffs one batch takes: ``admit(req, token_ids, final)`` answers True
-    (take it), False (wait for a later iteration) or the reason to refuse it.
+    (take it), False (wait for a later iteration), ``HandoffDeferred`` (a final handoff with no
+    room now: the router sends it again later, Relay-Decode streaming meanwhile) or the reason
+    to refuse it."""
 
-    ``nothing_else_runs``: no request decodes or waits to, so no memory will be freed except by
-    parked requests ending on Relay-Decode; a final handoff that does not fit then is refused
-    (the client gets an error) rather than left waiting on memory that may never come.
-    """
-
-    def __init__(self, budget: KvBudget, nothing_else_runs: bool) -> None:
-        self.budget, self.nothing_else_runs = budget, nothing_else_runs
+    def __init__(self, budget: KvBudget) -> None:
+        self.budget = budget
         self.taken = self.chunks = 0
         self.short_of_kv: list[str] = []  # rids left waiting for memory this time
 
-    def __call__(self, req, token_ids, final) -> bool | str:
+    def __call__(self, req, token_ids, final) -> bool | str | HandoffDeferred:
         if not token_ids:
             return True
         already = getattr(req, "_pdd_extended", 0)
@@ -87,9 +87,10 @@ class HandoffAdmission:
         if not final and self.chunks:
             return False  # SGLang skips streaming one middle chunk per batch
         if not self.budget.take(new_ids):
-            if final and self.nothing_else_runs and not self.taken:
-                return f"no KV for {new_ids} handed-off ids: the pool is held by parked requests"
             self.short_of_kv.append(req.rid)
+            if final:
+                return HandoffDeferred(f"no KV room for {new_ids} handed-off ids now "
+                                       f"({self.budget.left} free)")  # fmt: skip
             return False
         self.taken += 1
         self.chunks += not final
@@ -101,8 +102,7 @@ def next_handoff_batch(scheduler, state, running_batch):
     from sglang.srt.managers.schedule_batch import ScheduleBatch
 
     taken = []
-    idle = running_batch.is_empty() and not scheduler.waiting_queue
-    admit = HandoffAdmission(KvBudget.of(scheduler, len(running_batch.reqs)), idle)
+    admit = HandoffAdmission(KvBudget.of(scheduler, len(running_batch.reqs)))
     for req, token_ids, final, verdict in state.take_ready_handoffs(admit):
         if isinstance(verdict, str):
             state.refuse(req, verdict)

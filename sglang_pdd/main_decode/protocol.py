@@ -11,8 +11,11 @@ Router -> Main-Decode:
 Main-Decode -> router (to the peer that sent "watch"):
   {"event": "ready", "rid": R, "t": unix_time, "prompt_tokens": n, "received_tokens": n,
    "cached_tokens": n, "kv_bytes": n}      R's KV has arrived; R is parked
-  {"event": "extended", "rid": R, "t": unix_time, "tokens": k}
-                                         the handoff extend ran
+  {"event": "extended", "rid": R, "t": unix_time, "tokens": k, "final": bool}
+                                         the handoff extend ran (final: R decodes on MD now)
+  {"event": "deferred", "rid": R, "message": text}
+                                         no KV room for R's final handoff now: it was dropped,
+                                         R stays parked; send it again later (RLD streams on)
   {"event": "error", "rid": R, "message": text}
 """
 
@@ -25,7 +28,7 @@ from sglang_pdd.main_decode import RELAYED_RID_SUFFIX
 from sglang_pdd.prefill import MAIN_PREFILL_SUFFIX, RELAY_PREFILL_SUFFIX
 
 OPS = ("watch", "handoff", "release")
-EVENTS = ("ready", "extended", "error")
+EVENTS = ("ready", "extended", "deferred", "error")
 MAX_MESSAGE_BYTES = 16 << 20  # a handoff of a million ids fits; anything larger is refused
 MAX_RID_CHARS = 512
 

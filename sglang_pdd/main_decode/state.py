@@ -6,6 +6,7 @@ import json
 import logging
 import time
 from array import array
+from dataclasses import dataclass
 
 import zmq
 
@@ -14,6 +15,13 @@ from sglang_pdd.main_decode import is_relayed, protocol
 logger = logging.getLogger("sglang_pdd")
 ABORT_MEMORY_S = 10.0  # how long an abort that found nothing parked is remembered (covers
 # an abort that overtook its request across the WAN, not a client reusing the rid later)
+
+
+@dataclass(frozen=True)
+class HandoffDeferred:
+    """An admission verdict: the final handoff has no room now; the router sends it again."""
+
+    reason: str
 
 
 class MainDecodeState:
@@ -167,9 +175,10 @@ class MainDecodeState:
         ``(req, token_ids, final, verdict)``.
 
         ``admit(req, token_ids, final)`` answers True (run it now), False (leave it for a
-        later iteration) or a reason to refuse it (returned with that reason, the handoff
-        dropped). A final handoff taken leaves ``parked`` (it decodes on); a Catch-Up chunk
-        stays parked, to be extended while Relay-Decode keeps generating.
+        later iteration), ``HandoffDeferred`` (drop it and tell the router, which sends it again
+        later; the request stays parked) or a reason to refuse it (returned with that reason,
+        the handoff dropped). A final handoff taken leaves ``parked`` (it decodes on); a
+        Catch-Up chunk stays parked, to be extended while Relay-Decode keeps generating.
         """
         taken = []
         for rid in [r for r in self.handoffs if r in self.parked]:
@@ -179,6 +188,9 @@ class MainDecodeState:
             if verdict is False:
                 continue
             del self.handoffs[rid]
+            if isinstance(verdict, HandoffDeferred):
+                self._send(rid, {"event": "deferred", "message": verdict.reason})
+                continue
             if verdict is True and final:
                 del self.parked[rid]
                 self.parked_at.pop(rid, None)

@@ -1,16 +1,21 @@
 """``RelayedHandoff``: where one P-RLD-MD request stands in its handoff, and what to do next.
 
 The router feeds it what happens (RLD streamed more ids, MD reported its KV ready, MD finished
-extending a Catch-Up chunk) and asks ``next_step`` after each; the answer is to wait, to send MD
-a Catch-Up chunk (RLD keeps decoding), or to make the final handoff (RLD stops). No I/O, so
-every transition is unit-tested without servers.
+extending a Catch-Up chunk, MD took, deferred or refused the final handoff) and asks
+``next_step`` after each; the answer is to wait, to send MD a Catch-Up chunk (RLD keeps
+decoding), or to make the final handoff. RLD stops only once MD has taken the final handoff:
+until then the router holds RLD's newer ids back from the client, and if MD defers it (no KV
+room now) they go to the client and the final handoff is made again ``retry_s`` later with
+them; if MD refuses, the request finishes on RLD. No I/O, so every transition is unit-tested
+without servers.
 
 Rules:
 * nothing goes to MD before its KV is ready, nor while a chunk's extend is pending;
 * MD needs at least one id it has not been handed (the client's newest), so a handoff waits
   for RLD's first id even when MD is ready before it, and a Catch-Up chunk keeps the newest id
   back for the final handoff;
-* once the final handoff is made nothing else is sent; RLD finishing first ends the request
+* once the final handoff is made nothing else is sent until MD answers it; after MD took it
+  nothing more is sent; RLD finishing first (with no final handoff pending) ends the request
   on RLD whatever was handed before.
 """
 
@@ -34,15 +39,21 @@ class HandoffStep:
 class RelayedHandoff:
     """The handoff state of one relayed request."""
 
-    def __init__(self, policy: HandoffPolicy) -> None:
+    def __init__(self, policy: HandoffPolicy, retry_s: float = 0.5) -> None:
         self.policy = policy
+        self.retry_s = retry_s  # how long after a deferral the final handoff is made again
         self.relayed = 0  # ids RLD has streamed to the router
         self.handed = 0  # ids MD has been given
         self.ready = False  # MD reported the prompt's KV in place
         self.chunk_in_flight = False  # a Catch-Up chunk was sent; its "extended" is pending
-        self.chunks = 0  # handoff messages sent (chunks and the final one)
+        self.chunks = 0  # handoff messages sent (chunks and final ones)
         self.mode: str | None = None  # the mode in force at the first step
-        self.done = False  # the final handoff was made
+        self.final_pending = False  # a final handoff was sent; MD has not answered it
+        self.done = False  # MD took the final handoff: it decodes the request now
+        self.refused = False  # MD refused a handoff: the request stays on RLD
+        self.deferrals = 0
+        self._extended = 0  # ids MD holds KV for (Catch-Up chunks it extended)
+        self._retry_at = 0.0
 
     def relay_progress(self, total_ids: int) -> None:
         """RLD has streamed ``total_ids`` ids in all."""
@@ -56,20 +67,40 @@ class RelayedHandoff:
     def chunk_extended(self) -> None:
         """MD built the KV of the last chunk."""
         self.chunk_in_flight = False
+        self._extended = self.handed
 
-    def next_step(self, relay_load: float) -> HandoffStep | None:
+    def final_taken(self) -> None:
+        """MD ran the final handoff's extend: it decodes on; RLD may stop."""
+        self.final_pending = False
+        self.done = True
+
+    def final_deferred(self, now: float) -> None:
+        """MD had no KV room for the final handoff: make it again at ``now + retry_s``."""
+        self.final_pending = False
+        self.handed = self._extended
+        self.deferrals += 1
+        self._retry_at = now + self.retry_s
+
+    def main_refused(self) -> None:
+        """MD refused a handoff (the request will finish on RLD): nothing more goes to MD."""
+        self.final_pending = self.chunk_in_flight = False
+        self.refused = True
+
+    def next_step(self, relay_load: float, now: float = 0.0) -> HandoffStep | None:
         """What to send MD now (and record it as sent), or None to wait."""
-        if self.done or not self.ready or self.chunk_in_flight or self.relayed <= self.handed:
+        if (self.done or self.refused or self.final_pending or not self.ready
+                or self.chunk_in_flight or self.relayed <= self.handed
+                or now < self._retry_at):  # fmt: skip
             return None
         backlog = self.relayed - self.handed
         plan = self.policy.plan(backlog, relay_load)
         self.mode = self.mode or plan.mode
         chunk = min(plan.tokens_now, backlog - 1)
         self.chunks += 1
-        if plan.relay_continues and chunk > 0:
+        if plan.relay_continues and chunk > 0 and not self.deferrals:
             self.handed += chunk
             self.chunk_in_flight = True
             return HandoffStep(CHUNK, self.handed)
         self.handed = self.relayed
-        self.done = True
+        self.final_pending = True
         return HandoffStep(FINAL, self.handed)

@@ -114,6 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
         "everywhere); a Main-Decode parked before the handoff is exempt until the handoff",
     )
     p.add_argument(
+        "--handoff-retry-s",
+        type=float,
+        default=0.5,
+        help="a final handoff Main-Decode defers for lack of KV room is made again this long "
+        "after (with the ids Relay-Decode streamed meanwhile; RLD serves until MD takes one)",
+    )
+    p.add_argument(
         "--main-transfer-start",
         default="with-prefill",
         choices=MAIN_TRANSFER_STARTS,
@@ -184,6 +191,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         tokenizer_path=args.tokenizer_path, upstream_keepalive_s=args.upstream_keepalive_s,
         upstream_connect_timeout_s=args.upstream_connect_timeout_s,
         upstream_idle_timeout_s=args.upstream_idle_timeout_s,
+        handoff_retry_s=args.handoff_retry_s,
         api_key=args.api_key,
         instance_api_key=args.instance_api_key,
         main_transfer_start=args.main_transfer_start,

@@ -46,6 +46,9 @@ class RouterConfig:
     # clock starts at the final handoff.
     upstream_connect_timeout_s: float = 10.0
     upstream_idle_timeout_s: float = 600.0
+    # A final handoff Main-Decode defers (no KV room now) is made again this long after, with
+    # the ids Relay-Decode streamed meanwhile (RLD keeps serving until MD takes one).
+    handoff_retry_s: float = 0.5
     # Clients must send "Authorization: Bearer <api_key>" (as to sglang.launch_server --api-key).
     api_key: str | None = None
     # Sent to every instance as "Authorization: Bearer <key>" (instances started with --api-key).
@@ -89,6 +92,7 @@ class RouterConfig:
         for flag, value in (
             ("--upstream-connect-timeout-s", self.upstream_connect_timeout_s),
             ("--upstream-idle-timeout-s", self.upstream_idle_timeout_s),
+            ("--handoff-retry-s", self.handoff_retry_s),
         ):
             if not value > 0:
                 raise ValueError(f"{flag} must be > 0 seconds, got {value}")

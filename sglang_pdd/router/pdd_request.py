@@ -26,57 +26,13 @@ from sglang_pdd.policy.handoff_state import CHUNK, RelayedHandoff
 from sglang_pdd.router.record import Finished, PddRecord, TokenDelta, token_logprobs
 from sglang_pdd.router.transfers import DEFERRED, DROPPED
 from sglang_pdd.router.upstream import UpstreamError, abort, post_json, stream_sse
+from sglang_pdd.router.upstream_queue import END as _END
+from sglang_pdd.router.upstream_queue import pump as _pump
 
 logger = logging.getLogger("sglang_pdd.router")
-_END = object()
 # How long a request waits for a transfer of its prefix already on MD's link before sending
 # its own (a transfer that never lands must not hold every later request of its prefix).
 DEPENDENCY_TIMEOUT_S = 60
-
-
-async def _pump(stream, queue: asyncio.Queue, url: str, idle_limit) -> None:
-    """Copy an upstream SSE stream into ``queue``; an exception is queued, then the end mark.
-
-    ``idle_limit()``: how long the stream may stay silent now (None: no limit); checked every
-    second, so that a limit set later (at the handoff) applies to a wait already running."""
-    it = aiter(stream)
-    try:
-        while True:
-            step = asyncio.ensure_future(anext(it))
-            silent_since = time.monotonic()
-            try:
-                while not step.done():
-                    await asyncio.wait({step}, timeout=1.0)
-                    limit = idle_limit()
-                    if not step.done() and limit is not None and (
-                            time.monotonic() - silent_since > limit):  # fmt: skip
-                        raise UpstreamError(504, {"error": {"message": (
-                            f"{url} sent nothing for {limit:g} s "
-                            "(--upstream-idle-timeout-s)"), "code": 504}})  # fmt: skip
-            finally:
-                if not step.done():
-                    step.cancel()
-                step.add_done_callback(_retrieve)  # an end nobody awaits is not an error
-            try:
-                queue.put_nowait(step.result())
-            except StopAsyncIteration:
-                break
-    except Exception as exc:  # noqa: BLE001 - handed to the consumer, which raises it
-        queue.put_nowait(_as_upstream_error(exc, url))
-    queue.put_nowait(_END)
-
-
-def _retrieve(future: asyncio.Future) -> None:
-    if not future.cancelled():
-        future.exception()
-
-
-def _as_upstream_error(exc: Exception, url: str) -> Exception:
-    """An instance that cannot be reached or that broke its stream: a 502 naming it."""
-    if isinstance(exc, aiohttp.ClientError | TimeoutError):
-        return UpstreamError(502, {"error": {"message": f"{url}: {type(exc).__name__}: {exc}",
-                                             "code": 502}})  # fmt: skip
-    return exc
 
 
 class PddRequestRun:
@@ -381,20 +337,25 @@ class PddRequestRun:
                                              parked=True)  # fmt: skip
         else:
             gate = self._spawn(self._main_gate(prefill1, main_rid))
-        relay_ids: list[int] = []
-        state = RelayedHandoff(self.router.handoff_policy)
-        while True:
+        relay_ids: list[int] = []  # RLD's ids the client has
+        held: list = []  # RLD's chunks read while MD answers a final handoff (not yet sent)
+        early_main: list = []  # MD's first chunk, when it came before its "extended" event
+        state = RelayedHandoff(self.router.handoff_policy, self.router.config.handoff_retry_s)
+        while not state.done:
             waiters = {asyncio.ensure_future(relay_q.get()): "relay",
                        asyncio.ensure_future(events.get()): "event"}  # fmt: skip
             if main_q is None:
                 waiters[asyncio.ensure_future(asyncio.shield(gate))] = "prefill"
+            elif state.final_pending:  # MD's stream answering is an answer too (or its failure)
+                waiters[asyncio.ensure_future(main_q.get())] = "main"
             done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             for fut in pending:
                 fut.cancel()
+            replay: list = []  # RLD's chunks to handle now, in order
             # Handle in a fixed order so that a relay chunk and an event that complete
             # together are both consumed (the cancelled getter loses nothing: get() that is
             # cancelled before completing leaves the item in the queue).
-            for fut in sorted(done, key=lambda f: ("prefill", "relay", "event").index(
+            for fut in sorted(done, key=lambda f: ("prefill", "relay", "main", "event").index(
                     waiters[f])):  # fmt: skip
                 kind, value = waiters[fut], fut.result()
                 if kind == "prefill":
@@ -406,50 +367,63 @@ class PddRequestRun:
                             self.main.url, self._sub_body(main_rid, room2), parked=True
                         )
                 elif kind == "relay":
-                    if value is _END:
-                        raise UpstreamError(502, {"error": {"message": "relay stream ended"}})
-                    if isinstance(value, Exception):
-                        await self._raise_prefill_error(prefill1, value)
-                    ids = value["output_ids"]
-                    if ids and not relay_ids:
-                        self.router.note_prefill_time(self._since())
-                    if len(ids) > len(relay_ids):
-                        yield self._delta(ids[len(relay_ids) :], "relay", value["meta_info"])
-                        relay_ids = list(ids)
-                        state.relay_progress(len(relay_ids))
-                    if value["meta_info"].get("finish_reason"):
-                        # Finished on RLD before MD took over: MD lets the KV land, keeps it
-                        # in its radix cache (aligned with P's) and ends the request.
-                        self.record.finished_on = "relay"
-                        if main_q is None:
-                            # P's first send has not answered yet: room 2 still goes out
-                            # once it has, so that MD's cache holds this prompt too.
-                            self._detach(prefill1, gate)
-                            self._released = True
-                            self.router.run_in_background(
-                                self._warm_main_after(gate, main_rid, room2, events)
-                            )
-                        else:
-                            # P's second send and MD's request must live on (cancelling
-                            # either would abort the transfer).
-                            await control.release(main_rid)
-                            self.site.transfers.mark_warming(main_rid)
-                            self._detach(prefill2, main_q.task)
-                            self._released = True
-                            self.router.run_in_background(
-                                self._report_late_transfer(events, main_rid, main_q.task)
-                            )
-                        yield Finished(value["meta_info"]["finish_reason"],
-                                       self.prompt_tokens, self.record)  # fmt: skip
-                        return
+                    # While MD answers a final handoff, RLD's newer ids wait: they reach the
+                    # client only if MD defers or refuses it (MD then did not take them).
+                    (held if state.final_pending else replay).append(value)
+                elif kind == "main" and (value is _END or isinstance(value, Exception)):
+                    # MD's stream failed before it answered: no MD token reached the client and
+                    # RLD was not stopped, so RLD finishes the request.
+                    failure = "ended" if value is _END else repr(value)
+                    self._stay_on_relay(state, f"Main-Decode's stream failed: {failure}")
+                    replay.extend(held)
+                    held.clear()
+                elif kind == "main":
+                    early_main.append(value)
+                    state.final_taken()
                 elif value.get("event") == "ready":
                     state.main_ready()
                     self._note_ready(value)
                 elif value.get("event") == "extended":
-                    state.chunk_extended()
+                    if value.get("final"):
+                        state.final_taken()
+                    else:
+                        state.chunk_extended()
+                elif value.get("event") == "deferred" and state.final_pending:
+                    logger.info("sglang-pdd router: %s: Main-Decode deferred the handoff "
+                                "(%s); Relay-Decode serves on", self.rid,
+                                value.get("message"))  # fmt: skip
+                    state.final_deferred(time.monotonic())
+                    self.record.handoff_deferrals = state.deferrals
+                    self._handed_off = False
+                    replay.extend(held)
+                    held.clear()
                 elif value.get("event") == "error":
-                    raise UpstreamError(500, {"error": {"message": value.get("message")}})
-            step = state.next_step(self.router.relay_load(self.relay_url))
+                    # MD refused a handoff: RLD, still serving, finishes the request.
+                    self._stay_on_relay(state, str(value.get("message")))
+                    replay.extend(held)
+                    held.clear()
+            if state.done:
+                break
+            for value in replay:
+                if value is _END:
+                    raise UpstreamError(502, {"error": {"message": "relay stream ended"}})
+                if isinstance(value, Exception):
+                    await self._raise_prefill_error(prefill1, value)
+                ids = value["output_ids"]
+                if ids and not relay_ids:
+                    self.router.note_prefill_time(self._since())
+                if len(ids) > len(relay_ids):
+                    yield self._delta(ids[len(relay_ids) :], "relay", value["meta_info"])
+                    relay_ids = list(ids)
+                    state.relay_progress(len(relay_ids))
+                if value["meta_info"].get("finish_reason"):
+                    self._finish_on_relay(main_q, prefill1, gate, prefill2, main_rid, room2,
+                                          events)  # fmt: skip
+                    await self._release_main(main_q, main_rid)
+                    yield Finished(value["meta_info"]["finish_reason"],
+                                   self.prompt_tokens, self.record)  # fmt: skip
+                    return
+            step = state.next_step(self.router.relay_load(self.relay_url), time.monotonic())
             if step is None:
                 continue
             self.record.handoff_mode = state.mode
@@ -459,14 +433,46 @@ class PddRequestRun:
                 continue
             self.record.handoff_s = self._since()
             self.record.handoff_tokens = step.upto
-            self._handed_off = True
+            self._handed_off = True  # MD's stream answers within the idle limit from now on
             await control.handoff(main_rid, relay_ids[: step.upto], final=True)
-            # RLD's abort runs beside MD's takeover: MD's first token must not wait for it.
-            self.router.run_in_background(abort(session, self.relay_url, relay_rid))
-            break
+        # MD took the final handoff. RLD's abort runs beside MD's takeover: MD's next token
+        # must not wait for it.
+        self.router.run_in_background(abort(session, self.relay_url, relay_rid))
         async for event in self._follow_main(main_q, events, already_sent=len(relay_ids),
-                                             expected_prefix=relay_ids):  # fmt: skip
+                                             expected_prefix=relay_ids,
+                                             early=early_main):  # fmt: skip
             yield event
+
+    def _stay_on_relay(self, state: RelayedHandoff, reason: str) -> None:
+        """MD cannot take the request (it refused a handoff, or its stream failed before it
+        answered one): RLD, which is still serving it, finishes it."""
+        logger.warning("sglang-pdd router: %s: no handoff to Main-Decode (%s); finishing on "
+                       "Relay-Decode", self.rid, reason)  # fmt: skip
+        self.record.main_refused = reason
+        state.main_refused()
+        self._handed_off = False
+
+    def _finish_on_relay(self, main_q, prefill1, gate, prefill2, main_rid, room2, events):
+        """The request finished on RLD before MD took over: MD lets the KV land, keeps it in
+        its radix cache (aligned with P's) and ends the request."""
+        self.record.finished_on = "relay"
+        if main_q is None:
+            # P's first send has not answered yet: room 2 still goes out once it has, so that
+            # MD's cache holds this prompt too.
+            self._detach(prefill1, gate)
+            self._released = True
+            self.router.run_in_background(self._warm_main_after(gate, main_rid, room2, events))
+            return
+        # P's second send and MD's request must live on (cancelling either would abort the
+        # transfer).
+        self.site.transfers.mark_warming(main_rid)
+        self._detach(prefill2, main_q.task)
+        self._released = True
+        self.router.run_in_background(self._report_late_transfer(events, main_rid, main_q.task))
+
+    async def _release_main(self, main_q, main_rid: str) -> None:
+        if main_q is not None:
+            await self.router.control_for(self.main).release(main_rid)
 
     def _note_ready(self, event: dict) -> None:
         if self.record.main_ready_s is None:
@@ -474,10 +480,13 @@ class PddRequestRun:
             self.record.wan_bytes = int(event.get("kv_bytes", 0))
             self.record.main_cached_tokens = event.get("cached_tokens")
 
-    async def _follow_main(self, main_q, events, already_sent: int, expected_prefix=()):
-        """Forward Main-Decode's tokens past ``already_sent``; check it kept the handed prefix."""
+    async def _follow_main(self, main_q, events, already_sent: int, expected_prefix=(),
+                           early=()):  # fmt: skip
+        """Forward Main-Decode's tokens past ``already_sent``; check it kept the handed prefix.
+        ``early``: chunks of MD's stream already read from ``main_q``."""
         sent = already_sent
-        while (chunk := await main_q.get()) is not _END:
+        early = list(early)
+        while (chunk := early.pop(0) if early else await main_q.get()) is not _END:
             if isinstance(chunk, Exception):
                 raise chunk
             ids = chunk["output_ids"]

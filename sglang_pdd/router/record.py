@@ -22,6 +22,8 @@ class PddRecord:
     handoff_tokens: int = 0
     handoff_chunks: int = 0
     handoff_mode: str | None = None  # the mode in force at the first handoff step ("auto" resolved)
+    handoff_deferrals: int = 0  # final handoffs MD sent back for lack of KV room (RLD served on)
+    main_refused: str | None = None  # why MD did not take the request (it finished on RLD)
     wan_bytes: int = 0
     main_cached_tokens: int | None = None
     first_token_s: float | None = None

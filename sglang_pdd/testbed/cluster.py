@@ -173,10 +173,11 @@ def start_link_proxy(group: ServerGroup, name: str, target_port: int,
 
 
 def add_main_decode(group: ServerGroup, cluster: PddCluster, name: str,
-                    max_total_tokens: int | None = None) -> MainDecodeSite:  # fmt: skip
+                    max_total_tokens: int | None = None,
+                    env: dict[str, str] | None = None) -> MainDecodeSite:  # fmt: skip
     """Start one more Main-Decode in datacenter B (behind its own WAN proxies), not yet known to
     any router: pass ``mains=`` to ``start_router``. ``max_total_tokens`` sizes its KV pool
-    (default: the cluster's)."""
+    (default: the cluster's); ``env`` adds environment variables (SGLang's ``SGLANG_*`` knobs)."""
     cfg = cluster.config
     control_port, events_port = free_port(), free_port()
     extra = ("--pdd-role", "main", "--pdd-control-port", str(control_port),
@@ -192,7 +193,7 @@ def add_main_decode(group: ServerGroup, cluster: PddCluster, name: str,
         name, role="decode", model_path=cfg.model_path, dtype=cfg.dtype,
         chunked_prefill_size=cfg.chunked_prefill_size,
         max_total_tokens=max_total_tokens or cfg.max_total_tokens,
-        env=(("SGLANG_HOST_IP", DATACENTER_B_HOST),), extra_args=extra,
+        env=(("SGLANG_HOST_IP", DATACENTER_B_HOST), *(env or {}).items()), extra_args=extra,
         cpus=cfg.datacenter_cpus[1]))  # fmt: skip
     return _site(group, server, name, control_port, events_port if cfg.kv_events else None,
                  cfg.wan)  # fmt: skip
@@ -218,7 +219,7 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
     """Start a(nother) router in front of ``cluster``; ``overrides`` replace config fields
     (``handoff_mode``, ``catchup_threshold``, ``catchup_chunk``, ``ttft_slo_s``,
     ``upstream_keepalive_s``, ``auto_relay_busy_fraction``, ``upstream_idle_timeout_s``,
-    ``seeded_sampling``, ``api_key``), and
+    ``seeded_sampling``, ``api_key``, ``handoff_retry_s``), and
     ``relay_url`` reaches Relay-Decode another way (e.g. through a slow proxy), ``mains`` replaces
     the Main-Decodes it routes to."""
     cfg = cluster.config
@@ -228,8 +229,11 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
             "main_transfer_start": "with-prefill",
             "incremental_streaming_output": cfg.incremental_streams,
             "upstream_idle_timeout_s": 600.0, "seeded_sampling": cfg.seeded_sampling,
-            "api_key": None,
-            **overrides}  # fmt: skip
+            "api_key": None, "handoff_retry_s": 0.5}  # fmt: skip
+    if unknown := set(overrides) - set(opts):
+        raise ValueError(f"start_router: unknown overrides {sorted(unknown)}; "
+                         f"accepted: {', '.join(sorted(opts))}")  # fmt: skip
+    opts.update(overrides)
     port = free_port()
     router = group.launch_command(name, _cli(
         "router", "--prefill", cluster.prefill.url, "--relay", relay_url or cluster.relay.url,
@@ -242,6 +246,7 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
         "--auto-relay-busy-fraction", str(opts["auto_relay_busy_fraction"]),
         "--main-transfer-start", opts["main_transfer_start"],
         "--upstream-idle-timeout-s", str(opts["upstream_idle_timeout_s"]),
+        "--handoff-retry-s", str(opts["handoff_retry_s"]),
         *(("--incremental-streaming-output",) if opts["incremental_streaming_output"] else ()),
         *(("--seeded-sampling",) if opts["seeded_sampling"] else ()),
         *(("--api-key", opts["api_key"]) if opts["api_key"] else ()),

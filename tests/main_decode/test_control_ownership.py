@@ -85,3 +85,32 @@ def test_an_abort_that_overtakes_its_request_still_ends_it():
         assert "old.pdd-relayed" not in state.recent_aborts
     finally:
         state.socket.close()
+
+
+def test_a_deferred_final_handoff_is_dropped_and_reported_and_the_request_stays_parked():
+    from types import SimpleNamespace
+
+    from sglang_pdd.main_decode.state import HandoffDeferred
+
+    port = free_port()
+    state = MainDecodeState(port, host="127.0.0.1", vocab_size=100)
+    router = _peer(port, b"router-a")
+    rid = "r.pdd-relayed"
+    try:
+        _deliver(state, router, protocol.watch(rid))
+        state.parked[rid] = SimpleNamespace(rid=rid)
+        state.parked_at[rid] = 0.0
+        _deliver(state, router, protocol.handoff(rid, [1, 2, 3], final=True))
+        taken = state.take_ready_handoffs(lambda req, ids, final: HandoffDeferred("no room"))
+        assert taken == [] and rid in state.parked and rid not in state.handoffs
+        reply = _reply(router)
+        assert reply == {"event": "deferred", "message": "no room", "rid": rid}
+        assert protocol.decode_event(json.dumps(reply).encode())["event"] == "deferred"
+        # Sent again with more ids, and taken: it leaves the parked set to decode on.
+        _deliver(state, router, protocol.handoff(rid, [1, 2, 3, 4], final=True))
+        taken = state.take_ready_handoffs(lambda req, ids, final: True)
+        assert [(ids, final) for _, ids, final, _ in taken] == [([1, 2, 3, 4], True)]
+        assert rid not in state.parked
+    finally:
+        router.close()
+        state.socket.close()

@@ -5,18 +5,22 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from sglang_pdd.main_decode.extend import HandoffAdmission, KvBudget
+from sglang_pdd.main_decode.state import HandoffDeferred
 
 
 def _req(rid: str, extended: int = 0, output_ids=(7,)):
     return SimpleNamespace(rid=rid, _pdd_extended=extended, output_ids=list(output_ids))
 
 
-def test_handoffs_are_taken_while_the_budget_lasts_then_wait():
-    admit = HandoffAdmission(KvBudget(free=100, total=1000), nothing_else_runs=False)
+def test_handoffs_are_taken_while_the_budget_lasts_then_deferred_or_wait():
+    admit = HandoffAdmission(KvBudget(free=100, total=1000))
     assert admit(_req("a"), [7] * 40, True) is True  # 42 slots with slack
     assert admit(_req("b"), [7] * 40, True) is True  # 84
-    assert admit(_req("c"), [7] * 40, True) is False  # would need 126: waits
-    assert admit.short_of_kv == ["c"]
+    # A final handoff that would need 126: sent back to the router, which retries later.
+    deferred = admit(_req("c"), [7] * 40, True)
+    assert isinstance(deferred, HandoffDeferred) and "40 handed-off ids" in deferred.reason
+    assert admit(_req("e"), [7] * 40, False) is False  # a Catch-Up chunk waits here instead
+    assert admit.short_of_kv == ["c", "e"]
     assert admit(_req("d"), [7] * 10, True) is True  # a smaller one still fits
 
 
@@ -27,14 +31,14 @@ def test_pages_round_the_need_up():
 
 
 def test_one_catch_up_chunk_per_batch_and_finals_beside_it():
-    admit = HandoffAdmission(KvBudget(free=10_000, total=10_000), nothing_else_runs=False)
+    admit = HandoffAdmission(KvBudget(free=10_000, total=10_000))
     assert admit(_req("a"), [7] * 64, False) is True
     assert admit(_req("b"), [7] * 64, False) is False  # next batch
     assert admit(_req("c"), [7] * 5, True) is True
 
 
 def test_what_can_never_run_is_refused_with_the_reason():
-    admit = HandoffAdmission(KvBudget(free=10_000, total=100), nothing_else_runs=False)
+    admit = HandoffAdmission(KvBudget(free=10_000, total=100))
     assert "more KV than the pool holds" in admit(_req("a"), [7] * 200, True)
     # No new id past what earlier chunks extended, or a prefix that changed.
     assert "after 64 extended" in admit(_req("b", extended=64), [7] * 64, True)
@@ -43,15 +47,6 @@ def test_what_can_never_run_is_refused_with_the_reason():
     assert admit(_req("d", extended=3, output_ids=[7, 8, 9]), [7, 8, 9, 4], True) is True
 
 
-def test_a_final_handoff_that_cannot_fit_while_nothing_else_runs_is_refused():
-    # Parked prompts hold the pool and no decoding request will free any: waiting would hang.
-    admit = HandoffAdmission(KvBudget(free=10, total=1000), nothing_else_runs=True)
-    assert "held by parked requests" in admit(_req("a"), [7] * 40, True)
-    assert admit(_req("b"), [7] * 40, False) is False  # a chunk waits: RLD keeps streaming
-    running = HandoffAdmission(KvBudget(free=10, total=1000), nothing_else_runs=False)
-    assert running(_req("a"), [7] * 40, True) is False  # decoding requests will free memory
-
-
 def test_an_empty_handoff_passes_through():
-    admit = HandoffAdmission(KvBudget(free=0, total=10), nothing_else_runs=True)
+    admit = HandoffAdmission(KvBudget(free=0, total=10))
     assert admit(_req("a"), [], True) is True

@@ -26,7 +26,9 @@ def test_ready_before_the_first_id_waits_for_it_then_hands_one():
     assert state.next_step(0.0) is None  # MD needs an id it has not been handed
     state.relay_progress(1)
     assert state.next_step(0.0) == HandoffStep(FINAL, 1)
-    assert (state.done, state.handed, state.chunks, state.mode) == (True, 1, 1, "one-shot")
+    assert (state.final_pending, state.handed, state.chunks, state.mode) == (True, 1, 1, "one-shot")
+    state.final_taken()
+    assert state.done and not state.final_pending
 
 
 def test_one_shot_hands_everything_once_then_nothing_more():
@@ -34,7 +36,10 @@ def test_one_shot_hands_everything_once_then_nothing_more():
     state.relay_progress(37)
     state.main_ready()
     assert state.next_step(0.0) == HandoffStep(FINAL, 37)
-    state.relay_progress(40)  # RLD's late ids are never sent
+    state.relay_progress(40)  # RLD's ids while MD answers are held back, never sent
+    assert state.next_step(0.0) is None
+    state.final_taken()
+    state.relay_progress(45)
     assert state.next_step(0.0) is None
 
 
@@ -91,3 +96,45 @@ def test_a_stream_that_goes_back_is_refused():
     state.relay_progress(5)
     with pytest.raises(ValueError, match="went back"):
         state.relay_progress(4)
+
+
+def test_a_deferred_final_handoff_is_made_again_after_retry_s_with_the_newer_ids():
+    state = _state()
+    state.retry_s = 0.5
+    state.relay_progress(37)
+    state.main_ready()
+    assert state.next_step(0.0, now=10.0) == HandoffStep(FINAL, 37)
+    state.relay_progress(39)
+    state.final_deferred(now=10.2)  # MD had no room: the held ids went to the client
+    assert (state.handed, state.deferrals, state.final_pending) == (0, 1, False)
+    state.relay_progress(41)
+    assert state.next_step(0.0, now=10.5) is None  # not before retry_s has passed
+    assert state.next_step(0.0, now=10.7) == HandoffStep(FINAL, 41)
+    state.final_taken()
+    assert state.done and state.chunks == 2
+
+
+def test_after_catch_up_chunks_a_deferral_keeps_what_md_extended():
+    state = _state(mode="catch-up", threshold=4, chunk=64)
+    state.relay_progress(100)
+    state.main_ready()
+    assert state.next_step(0.0) == HandoffStep(CHUNK, 64)
+    state.chunk_extended()
+    assert state.next_step(0.0) == HandoffStep(CHUNK, 99)
+    state.chunk_extended()
+    assert state.next_step(0.0) == HandoffStep(FINAL, 100)
+    state.final_deferred(now=0.0)
+    assert state.handed == 99  # the chunks' KV is on MD; only the rest goes again
+    state.relay_progress(300)
+    # After a deferral only final handoffs are made (a chunk would need the same room).
+    assert state.next_step(0.0, now=1.0) == HandoffStep(FINAL, 300)
+
+
+def test_a_refusal_keeps_the_request_on_relay_decode():
+    state = _state(mode="catch-up")
+    state.relay_progress(100)
+    state.main_ready()
+    assert state.next_step(0.0).kind == CHUNK
+    state.main_refused()
+    state.relay_progress(200)
+    assert state.next_step(0.0, now=100.0) is None and state.refused and not state.done

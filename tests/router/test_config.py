@@ -25,6 +25,8 @@ def test_flags_map_onto_the_config():
     assert cfg.handoff.auto_relay_busy_fraction == 0.3 and cfg.pipeline.max_relay_load == 0.9
     assert cfg.pipeline.anomaly_max_output_tokens == 8
     assert cfg.main[0].url == "http://127.0.0.2:3" and cfg.main[0].control == "tcp://127.0.0.2:4"
+    assert _config().handoff_retry_s == 0.5
+    assert _config("--handoff-retry-s", "2").handoff_retry_s == 2
 
 
 @pytest.mark.parametrize(
@@ -33,6 +35,7 @@ def test_flags_map_onto_the_config():
         (["--upstream-keepalive-s", "-1"], "--upstream-keepalive-s"),
         (["--upstream-connect-timeout-s", "0"], "--upstream-connect-timeout-s"),
         (["--upstream-idle-timeout-s", "-5"], "--upstream-idle-timeout-s"),
+        (["--handoff-retry-s", "0"], "--handoff-retry-s"),
         (["--port", "70000"], "--port"),
         (["--wan-bandwidth-mbps", "0"], "--wan-bandwidth-mbps"),
         (["--main", "http://127.0.0.2:5"], "--main-control"),  # one control socket too few

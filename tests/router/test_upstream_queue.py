@@ -1,0 +1,56 @@
+"""``pump``: an upstream stream into a queue, with an idle limit that may start late."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from sglang_pdd.router.upstream import UpstreamError
+from sglang_pdd.router.upstream_queue import END, pump
+
+
+async def _silent():
+    await asyncio.Event().wait()  # never yields
+    yield {}
+
+
+async def _chunks(n):
+    for i in range(n):
+        yield {"i": i}
+
+
+def test_chunks_then_the_end_mark():
+    async def run():
+        queue = asyncio.Queue()
+        await pump(_chunks(3), queue, "http://x", lambda: None, poll_s=0.01)
+        return [queue.get_nowait() for _ in range(4)]
+
+    assert asyncio.run(run()) == [{"i": 0}, {"i": 1}, {"i": 2}, END]
+
+
+def test_a_limit_set_late_counts_silence_from_when_it_applies():
+    # Silent well past the limit before it applies (a parked MD before the handoff): the 504
+    # must still wait the whole limit from then, not fire at the first check.
+    async def run():
+        limit = [None]
+        polls = [0]
+
+        def idle_limit():
+            polls[0] += 1
+            return limit[0]
+
+        queue = asyncio.Queue()
+        task = asyncio.create_task(pump(_silent(), queue, "http://md", idle_limit, poll_s=0.01))
+        while polls[0] < 30:  # silent for 30 checks with no limit
+            await asyncio.sleep(0.01)
+        limit[0] = 0.2
+        applied = time.monotonic()
+        error = await queue.get()
+        waited = time.monotonic() - applied
+        await task
+        return error, waited, queue.get_nowait()
+
+    error, waited, end = asyncio.run(run())
+    assert isinstance(error, UpstreamError) and error.status == 504
+    assert "--upstream-idle-timeout-s" in str(error.body)
+    assert waited >= 0.2 - 0.01 and end is END  # counted from the check before it applied
