@@ -28,6 +28,7 @@ PATCH_MODULES: tuple[str, ...] = (
     "main_decode_queue",
     "main_handoff_batch",
     "main_admission",
+    "main_control_ingest",
     "main_abort",
     "main_idle",
     "penalizer_order",

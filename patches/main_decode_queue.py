@@ -1,4 +1,4 @@
-"""Main-Decode's per-iteration work: park arrivals, read the control socket, end releases."""
+"""Main-Decode's per-iteration work: park arrivals, end releases, wait when only parked."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ RECORD = PatchRecord(
         "queue: insert each newly landed prompt's KV into the radix tree (SGLang would only at "
         "the request's end; concurrent requests sharing the prefix, and the KV events the "
         "router follows, then see it), move relayed ones (rid suffix .pdd-relayed) into the "
-        "parked set and announce them on the control socket, read control messages, end "
-        "parked requests that finished on Relay-Decode (SGLang's abort caches their KV). The "
-        "handoffs themselves run as batches (main_handoff_batch). With only parked work "
-        "pending, wait on the control socket briefly instead of spinning."
+        "parked set and announce them on the control socket, end parked requests that "
+        "finished on Relay-Decode (SGLang's abort caches their KV). Control messages come in "
+        "through main_control_ingest; the handoffs run as batches (main_handoff_batch). With "
+        "only parked work pending, wait on the control socket briefly instead of spinning."
     ),
     remove_when="SGLang's decode scheduler supports held requests resumed by an extend.",
 )
@@ -37,6 +37,7 @@ def hook(result, self, *args, **kwargs):
         return result
     state.park_arrivals(self)
     idle_but_parked = state.parked and self.running_batch.is_empty() and not self.waiting_queue
-    state.poll_control(timeout_ms=2 if idle_but_parked else 0)
+    if idle_but_parked:  # read next iteration (main_control_ingest), on every rank
+        state.wait_for_control(timeout_ms=2)
     state.release_finished(self)
     return result

@@ -20,7 +20,8 @@ RECORD = PatchRecord(
         "after, refuse server modes a Main-Decode cannot serve (TP/PP/DP > 1, DP attention, "
         "page size > 1, overlap scheduler, speculative decoding: they are resolved only "
         "here; config.check_main_decode_modes), give a Main-Decode "
-        "scheduler its MainDecodeState (control socket), and log "
+        "scheduler its MainDecodeState (the control socket on the rank that receives "
+        "requests) and register ControlMessages on its _request_dispatcher, and log "
         "one line naming the pid, the role, the hooks applied in this process, and whether "
         "the sgl_kernel stand-in is active."
     ),
@@ -58,8 +59,11 @@ def hook(original, self, server_args, *args, **kwargs):
         )
 
         vocab = getattr(getattr(self, "model_config", None), "vocab_size", None)
-        self._pdd_main = MainDecodeState(config.control_port, host=config.control_host,
-                                         vocab_size=vocab)  # fmt: skip
+        # Only the rank that pulls requests (the one _poll_timeout_aborts runs on) binds the
+        # control socket; main_control_ingest broadcasts what it reads to the other ranks.
+        self._pdd_main = MainDecodeState(config.control_port if _receives_requests() else None,
+                                         host=config.control_host, vocab_size=vocab)  # fmt: skip
+        _dispatch_control_messages(self)
     logger.warning(
         "%s pid=%d role=%s cpu_kernel_standin=%s targets=%s",
         MARKER,
@@ -69,3 +73,22 @@ def hook(original, self, server_args, *args, **kwargs):
         ",".join(applied_targets()),
     )
     return result
+
+
+def _receives_requests() -> bool:
+    """The scheduler rank that pulls requests from the tokenizer (SGLang's ingest_requests)."""
+    from sglang.srt.runtime_context import get_parallel
+
+    par = get_parallel()
+    return par.pp_rank == 0 and par.attn_tp_rank == 0 and par.attn_cp_rank == 0
+
+
+def _dispatch_control_messages(scheduler) -> None:
+    """Route ControlMessages (broadcast with the requests) to this rank's MainDecodeState."""
+    from sglang.utils import TypeBasedDispatcher
+
+    from sglang_pdd.main_decode.state import ControlMessages
+
+    scheduler._request_dispatcher += TypeBasedDispatcher(
+        [(ControlMessages, scheduler._pdd_main.apply_control)]
+    )

@@ -31,6 +31,16 @@ def test_every_patch_has_a_complete_record():
         assert callable(module.hook) and callable(module.applies)
 
 
+def test_every_module_in_patches_is_listed():
+    # A patch module missing from PATCH_MODULES would never be applied nor recorded.
+    from pathlib import Path
+
+    import sglang_pdd.patches as patches
+
+    files = {p.stem for p in Path(patches.__file__).parent.glob("*.py") if p.stem != "__init__"}
+    assert files == set(PATCH_MODULES)
+
+
 def test_every_patch_target_exists_in_installed_sglang():
     # The upgrade checklist, automated: each recorded target must still exist.
     code = "import pkgutil\nfrom sglang_pdd.cpu.activation import activate\nactivate()\n"

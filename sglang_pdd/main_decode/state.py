@@ -18,6 +18,16 @@ ABORT_MEMORY_S = 10.0  # how long an abort that found nothing parked is remember
 
 
 @dataclass(frozen=True)
+class ControlMessages:
+    """Control messages rank 0 read in one iteration: ``(peer identity, message)`` pairs. It
+    rides SGLang's request broadcast (``patches/main_control_ingest.py``) to every TP rank, whose
+    scheduler dispatches it to ``MainDecodeState.apply_control``: all ranks park, hand off and
+    release the same requests in the same iteration."""
+
+    items: tuple[tuple[bytes, dict], ...]
+
+
+@dataclass(frozen=True)
 class HandoffDeferred:
     """An admission verdict: the final handoff has no room now; the router sends it again."""
 
@@ -27,15 +37,20 @@ class HandoffDeferred:
 class MainDecodeState:
     """Lives on the scheduler (``scheduler._pdd_main``); driven once per scheduler iteration."""
 
-    def __init__(self, control_port: int, host: str = "0.0.0.0",
+    def __init__(self, control_port: int | None, host: str = "0.0.0.0",
                  vocab_size: int | None = None) -> None:  # fmt: skip
+        """``control_port`` None: a scheduler rank without the socket (TP ranks other than the
+        one that receives requests): it applies the control messages rank 0 reads, which reach
+        it through SGLang's request broadcast, and sends nothing."""
         self.vocab_size = vocab_size
-        self._ctx = zmq.Context.instance()
-        self.socket = self._ctx.socket(zmq.ROUTER)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        # A peer sending more than this is disconnected by ZeroMQ before MD reads anything.
-        self.socket.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_MESSAGE_BYTES)
-        self.socket.bind(f"tcp://{host}:{control_port}")
+        self.socket = None
+        if control_port is not None:
+            self.socket = zmq.Context.instance().socket(zmq.ROUTER)
+            self.socket.setsockopt(zmq.LINGER, 0)
+            # A peer sending more than this is disconnected by ZeroMQ before MD reads anything.
+            self.socket.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_MESSAGE_BYTES)
+            self.socket.bind(f"tcp://{host}:{control_port}")
+            logger.info("sglang-pdd: Main-Decode control socket on port %d", control_port)
         self.parked: dict[str, object] = {}  # rid -> Req with its prompt KV in place
         self.parked_at: dict[str, float] = {}
         self.watchers: dict[str, bytes] = {}  # rid -> ZeroMQ identity of the router
@@ -46,28 +61,36 @@ class MainDecodeState:
         # after its abort (the abort raced the transfer's last step) is ended, not parked.
         self.recent_aborts: dict[str, float] = {}
         self.kv_waits: set[str] = set()  # rids whose handoff waited for memory (logged once)
-        logger.info("sglang-pdd: Main-Decode control socket on port %d", control_port)
 
     # -- control socket -------------------------------------------------------------------
     def _send(self, rid: str, event: dict) -> None:
         identity = self.watchers.get(rid)
-        if identity is not None:
+        if identity is not None and self.socket is not None:
             self.socket.send_multipart([identity, protocol.encode({**event, "rid": rid})])
 
     def _refuse(self, identity: bytes, rid: str, reason: str) -> None:
         """Answer the sender (not the request's watcher) that its message changed nothing."""
-        self.socket.send_multipart([identity, protocol.encode(
-            {"event": "error", "rid": rid, "message": f"refused: {reason}"})])  # fmt: skip
+        if self.socket is not None:
+            self.socket.send_multipart([identity, protocol.encode(
+                {"event": "error", "rid": rid, "message": f"refused: {reason}"})])  # fmt: skip
 
-    def poll_control(self, timeout_ms: int = 0) -> None:
-        """Drain pending control messages (waiting up to ``timeout_ms`` for the first)."""
-        if timeout_ms and not self.socket.poll(timeout_ms):
-            return
+    def wait_for_control(self, timeout_ms: int) -> None:
+        """Block up to ``timeout_ms`` until a control message is pending (no-op without the
+        socket): an idle scheduler with only parked work waits here instead of spinning."""
+        if self.socket is not None:
+            self.socket.poll(timeout_ms)
+
+    def read_control(self) -> ControlMessages | None:
+        """Drain the socket (rank 0): the well-formed messages, in order, for ``apply_control``
+        on every rank; malformed ones are dropped here, their sender told why."""
+        if self.socket is None:
+            return None
+        items = []
         while True:
             try:
                 frames = self.socket.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
-                return
+                break
             if len(frames) != 2:  # ROUTER prepends the peer's identity to its one frame
                 logger.warning("sglang-pdd: control message with %d frames dropped", len(frames))
                 continue
@@ -83,6 +106,12 @@ class MainDecodeState:
             if "op" not in message:
                 logger.warning("sglang-pdd: control message without 'op' dropped")
                 continue
+            items.append((identity, message))
+        return ControlMessages(tuple(items)) if items else None
+
+    def apply_control(self, batch: ControlMessages) -> None:
+        """Act on messages ``read_control`` took (every rank, in the same iteration)."""
+        for identity, message in batch.items:
             rid = message["rid"]
             owner = self.watchers.get(rid)
             if owner is not None and owner != identity:
@@ -102,6 +131,12 @@ class MainDecodeState:
                 self.releases.add(rid)
             else:
                 self.handoffs[rid] = (list(message["token_ids"]), bool(message.get("final", True)))
+
+    def poll_control(self, timeout_ms: int = 0) -> None:
+        """Read and apply pending control messages on this rank alone (tests; TP = 1)."""
+        self.wait_for_control(timeout_ms)
+        if (batch := self.read_control()) is not None:
+            self.apply_control(batch)
 
     # -- parking --------------------------------------------------------------------------
     def _ready_event(self, req) -> dict:

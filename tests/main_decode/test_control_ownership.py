@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import zmq
 
@@ -114,3 +115,42 @@ def test_a_deferred_final_handoff_is_dropped_and_reported_and_the_request_stays_
     finally:
         router.close()
         state.socket.close()
+
+
+def test_control_messages_read_on_rank_0_leave_every_rank_in_the_same_state():
+    """TP > 1: rank 0 reads the socket; what it read rides SGLang's request broadcast (pickled)
+    to the other ranks, which apply it without a socket and send nothing."""
+    import pickle
+
+    port = free_port()
+    rank0 = MainDecodeState(port, host="127.0.0.1", vocab_size=100)
+    rank1 = MainDecodeState(None, vocab_size=100)
+    owner, intruder = _peer(port, b"router-a"), _peer(port, b"router-b")
+    try:
+        owner.send(protocol.watch("r.pdd-relayed"))
+        owner.send(protocol.handoff("r.pdd-relayed", [1, 2, 3], final=True))
+        owner.send(protocol.watch("s.pdd-relayed"))
+        intruder.send(protocol.release("r.pdd-relayed"))  # refused by ownership, on rank 0
+        intruder.send(b"not json")  # malformed: dropped on rank 0, never broadcast
+        batch, deadline = None, time.monotonic() + 30
+        items = []
+        while len(items) < 4 and time.monotonic() < deadline:
+            rank0.wait_for_control(1000)
+            if (batch := rank0.read_control()) is not None:
+                items += batch.items
+        assert len(items) == 4, items
+        from sglang_pdd.main_decode.state import ControlMessages
+
+        batch = ControlMessages(tuple(items))
+        rank0.apply_control(batch)
+        rank1.apply_control(pickle.loads(pickle.dumps(batch)))
+        for state in (rank0, rank1):
+            assert state.watchers == {"r.pdd-relayed": b"router-a", "s.pdd-relayed": b"router-a"}
+            assert state.handoffs == {"r.pdd-relayed": ([1, 2, 3], True)}
+            assert not state.releases
+        assert "another peer owns" in _reply(intruder)["message"]  # answered by rank 0 only
+        assert rank1.socket is None and rank1.read_control() is None
+    finally:
+        owner.close()
+        intruder.close()
+        rank0.socket.close()
