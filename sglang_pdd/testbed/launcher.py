@@ -175,8 +175,14 @@ class ServerGroup:
     log_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="sglang-pdd-")))
     servers: list[ServerProcess] = field(default_factory=list)
 
+    def _claim_name(self, name: str) -> None:
+        """Names are unique among running servers: logs and ``stop_named`` go by name."""
+        if any(server.name == name and server.alive() for server in self.servers):
+            raise ValueError(f"a server named {name!r} already runs in this group")
+
     def launch(self, spec: ServerSpec) -> ServerProcess:
         """Start ``spec`` without waiting for it to be ready."""
+        self._claim_name(spec.name)
         port, nccl_port = free_port(), free_port()
         bootstrap_port = free_port() if spec.role == "prefill" else None
         env = {**os.environ, **(CPU_ENV if spec.cpu else {}), **dict(spec.env)}
@@ -198,6 +204,7 @@ class ServerGroup:
 
     def launch_command(self, name: str, cmd: list[str], port: int) -> ServerProcess:
         """Start a non-SGLang helper (router, WAN proxy) that listens on ``port``."""
+        self._claim_name(name)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{name}.log"
         with open(log_path, "wb") as log:

@@ -39,16 +39,17 @@ def pd_servers(server_group, tiny_model, colocated):
     common = _common(tiny_model)
     yield (colocated,) + tuple(
         server_group.start(
-            ServerSpec("prefill", role="prefill", extra_args=("--pdd-log-transfers",), **common),
+            ServerSpec("pd-prefill", role="prefill", extra_args=("--pdd-log-transfers",),
+                       **common),  # fmt: skip
             ServerSpec(
-                "decode",
+                "pd-decode",
                 role="decode",
                 extra_args=("--disaggregation-decode-enable-radix-cache",),
                 **common,
             ),
         )
     )
-    server_group.stop_named("prefill", "decode")
+    server_group.stop_named("pd-prefill", "pd-decode")
 
 
 @pytest.fixture(scope="session")

@@ -72,8 +72,11 @@ def test_stop_named_stops_only_those_servers(tmp_path):
     with ServerGroup(log_dir=tmp_path) as group:
         kept = group.launch_command("kept", sleeper, free_port())
         gone = group.launch_command("gone", sleeper, free_port())
+        with pytest.raises(ValueError, match="already runs"):
+            group.launch_command("kept", sleeper, free_port())  # would share its log and name
         with pytest.raises(ValueError, match="no-such"):
             group.stop_named("gone", "no-such")
         assert gone.alive()
         group.stop_named("gone")
         assert not gone.alive() and kept.alive()
+        group.launch_command("gone", sleeper, free_port())  # a stopped server's name is free
