@@ -121,6 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
         "after (with the ids Relay-Decode streamed meanwhile; RLD serves until MD takes one)",
     )
     p.add_argument(
+        "--migration-limit",
+        type=int,
+        default=2,
+        help="times one greedy request may continue on other instances, from its prompt plus "
+        "the ids already sent, after the instance serving it failed or went silent (0: never)",
+    )
+    p.add_argument(
         "--main-transfer-start",
         default="with-prefill",
         choices=MAIN_TRANSFER_STARTS,
@@ -192,6 +199,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         upstream_connect_timeout_s=args.upstream_connect_timeout_s,
         upstream_idle_timeout_s=args.upstream_idle_timeout_s,
         handoff_retry_s=args.handoff_retry_s,
+        migration_limit=args.migration_limit,
         api_key=args.api_key,
         instance_api_key=args.instance_api_key,
         main_transfer_start=args.main_transfer_start,

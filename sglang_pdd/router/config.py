@@ -49,6 +49,9 @@ class RouterConfig:
     # A final handoff Main-Decode defers (no KV room now) is made again this long after, with
     # the ids Relay-Decode streamed meanwhile (RLD keeps serving until MD takes one).
     handoff_retry_s: float = 0.5
+    # How many times one request may continue on other instances after the one serving it
+    # failed or went silent (greedy requests only; router/migration.py). 0: never.
+    migration_limit: int = 2
     # Clients must send "Authorization: Bearer <api_key>" (as to sglang.launch_server --api-key).
     api_key: str | None = None
     # Sent to every instance as "Authorization: Bearer <key>" (instances started with --api-key).
@@ -104,6 +107,9 @@ class RouterConfig:
                             ("--instance-api-key", self.instance_api_key)):  # fmt: skip
             if value is not None and (not value or any(c.isspace() for c in value)):
                 raise ValueError(f"{flag} must be a non-empty key without spaces")
+        if self.migration_limit < 0:
+            raise ValueError(f"--migration-limit must be >= 0 (0: never), got "
+                             f"{self.migration_limit}")  # fmt: skip
         if self.cache_block_tokens < 1:
             raise ValueError("--cache-block-tokens must be >= 1")
 

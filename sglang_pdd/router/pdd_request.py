@@ -406,7 +406,8 @@ class PddRequestRun:
                 break
             for value in replay:
                 if value is _END:
-                    raise UpstreamError(502, {"error": {"message": "relay stream ended"}})
+                    raise UpstreamError(502, {"error": {"message": "relay stream ended"}},
+                                        self.relay_url)  # fmt: skip
                 if isinstance(value, Exception):
                     await self._raise_prefill_error(prefill1, value)
                 ids = value["output_ids"]
@@ -504,7 +505,8 @@ class PddRequestRun:
                 self._main_ended(ids)
                 yield Finished(chunk["meta_info"]["finish_reason"], self.prompt_tokens, self.record)
                 return
-        raise UpstreamError(502, {"error": {"message": "Main-Decode stream ended early"}})
+        raise UpstreamError(502, {"error": {"message": "Main-Decode stream ended early"}},
+                            self.main.url)  # fmt: skip
 
     def _drain_ready(self, events: asyncio.Queue) -> None:
         if (ready := _take_ready(events)) is not None:

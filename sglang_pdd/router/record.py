@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass
@@ -24,6 +24,7 @@ class PddRecord:
     handoff_mode: str | None = None  # the mode in force at the first handoff step ("auto" resolved)
     handoff_deferrals: int = 0  # final handoffs MD sent back for lack of KV room (RLD served on)
     main_refused: str | None = None  # why MD did not take the request (it finished on RLD)
+    migrations: list[str] = field(default_factory=list)  # earlier runs left: which failed, when
     wan_bytes: int = 0
     main_cached_tokens: int | None = None
     first_token_s: float | None = None

@@ -7,6 +7,7 @@ import json
 import logging
 import uuid
 
+from sglang_pdd.router.migration import continuation, migration_refused
 from sglang_pdd.router.pdd_request import PddRequestRun
 from sglang_pdd.router.record import Finished, TokenDelta
 from sglang_pdd.router.state import RouterState
@@ -36,6 +37,9 @@ class ClientRun:
         state.metrics.requests.labels(decision.pipeline, decision.rule).inc()
         self.run = PddRequestRun(state, self.body, self.rid, decision, instances, main_plan)
         state.live[self.rid] = self.run.record
+        self.emitted: list[int] = []  # output ids the client has been sent
+        self.migrations: list[str] = []  # why each earlier run of this request was left
+        self.failed: set[str] = set()  # instances that failed this request
         self.text = StreamingText(state.tokenizer, bool(sampling.get("no_stop_trim")),
                                   bool(sampling.get("skip_special_tokens", True)))  # fmt: skip
         self.finished: Finished | None = None
@@ -49,7 +53,7 @@ class ClientRun:
         metrics = self.state.metrics
         last = None
         try:
-            async for event in self.run.events():
+            async for event in self._runs():
                 if isinstance(event, TokenDelta):
                     now = self.run._since()
                     if last is None:
@@ -79,6 +83,52 @@ class ClientRun:
             # The clean-up runs as its own task: a client that leaves cancels this handler
             # (perhaps more than once), and the aborts must still reach every instance.
             await asyncio.shield(self.state.run_in_background(self._clean_up(completed)))
+
+    async def _runs(self):
+        """The current run's events; when an instance fails or stalls, the request continues
+        on others from the prompt plus the ids the client has (see ``migration.py``)."""
+        while True:
+            try:
+                async for event in self.run.events():
+                    if isinstance(event, TokenDelta):
+                        self.emitted.extend(event.token_ids)
+                    yield event
+                return
+            except UpstreamError as exc:
+                why = migration_refused(exc, self.body, self.emitted, len(self.migrations),
+                                        self.state.config.migration_limit)  # fmt: skip
+                if why is not None:
+                    if exc.instance is not None:
+                        logger.warning("sglang-pdd router: %s: %s failed; not migrated: %s",
+                                       self.rid, exc.instance, why)  # fmt: skip
+                    raise
+                await self._migrate(exc)
+
+    async def _migrate(self, exc: UpstreamError) -> None:
+        old = self.run
+        self.failed.add(exc.instance)
+        reason = f"{exc.instance} failed after {len(self.emitted)} ids: {exc.status}"
+        body = continuation(self.body, self.emitted)
+        left = body["sampling_params"]["max_new_tokens"]
+        try:
+            decision, instances, main_plan = self.state.plan(body["input_ids"], left,
+                                                             frozenset(self.failed))  # fmt: skip
+        except ValueError as no_instance:
+            logger.warning("sglang-pdd router: %s: %s; %s", self.rid, reason, no_instance)
+            raise exc from None
+        self.migrations.append(reason)
+        logger.warning("sglang-pdd router: %s: %s; continuing %s from %d ids (migration %d)",
+                       self.rid, reason, decision.pipeline, len(self.emitted),
+                       len(self.migrations))  # fmt: skip
+        self.state.metrics.requests.labels(decision.pipeline, "migration").inc()
+        await old.abort_everywhere()
+        await old.close()
+        run = PddRequestRun(self.state, body, f"{self.rid}.m{len(self.migrations)}", decision,
+                            instances, main_plan)  # fmt: skip
+        run.prompt_tokens = len(self.body["input_ids"])  # the client's prompt, not the replay
+        run.record.migrations = list(self.migrations)
+        self.run = run
+        self.state.live[self.rid] = run.record
 
     async def _clean_up(self, completed: bool) -> None:
         if not completed:

@@ -12,8 +12,10 @@ import aiohttp
 
 from sglang_pdd.cache.prefix_blocks import BlockPrefixCache, block_hashes, common_prefix_blocks
 from sglang_pdd.policy import (
+    PIPELINE_P_MD,
     PIPELINE_P_RLD,
     HandoffPolicy,
+    PipelineDecision,
     PipelinePolicy,
     RequestFacts,
 )
@@ -191,17 +193,25 @@ class RouterState:
                     extra_backlog = dep.nbytes  # promoted ahead of this request's own KV
         return MainPlan(site, hashes, cached, covered, dep, carries, extra_backlog)
 
-    def plan(self, input_ids: list[int], max_new_tokens: int):
+    def plan(self, input_ids: list[int], max_new_tokens: int,
+             avoid: frozenset[str] = frozenset()):  # fmt: skip
         """Pick the pipeline and the instances for a request.
 
         Main-Decode: the one holding (or about to hold) most of the prompt, then the one whose KV
         would be ready first (what is queued on its link), then the least busy; Prefill: the
-        best prefix hit, then the least busy; Relay-Decode: the least busy.
+        best prefix hit, then the least busy; Relay-Decode: the least busy. ``avoid``: instance
+        URLs not to use (they failed this request); with every Main-Decode avoided the request
+        goes P-RLD; ValueError when no prefill or decoding instance is left.
         """
         hashes = block_hashes(input_ids, self.config.cache_block_tokens)
         relay_load = self.relay_load()
         best = None
-        for site in self.mains.values():
+        sites = [site for site in self.mains.values() if site.url not in avoid]
+        relays = [url for url in self.config.relay if url not in avoid]
+        prefills = [url for url in self.config.prefill if url not in avoid]
+        if not prefills or not (sites or relays):
+            raise ValueError(f"no instance left to serve the request (failed: {sorted(avoid)})")
+        for site in sites:
             mp = self.main_plan(site, input_ids, hashes)
             facts = RequestFacts(
                 input_tokens=len(input_ids),
@@ -219,18 +229,26 @@ class RouterState:
             key = (-mp.covered_tokens, round(decision.est_main_ready_s, 2), site.active)
             if best is None or key < best[0]:
                 best = (key, decision, mp)
-        _, decision, mp = best
+        if best is None:  # every Main-Decode failed this request: Relay-Decode finishes it
+            decision = PipelineDecision(PIPELINE_P_RLD, "no Main-Decode left", 0, float("inf"),
+                                        rule="failover")  # fmt: skip
+            mp = MainPlan(next(iter(self.mains.values())), hashes, 0, 0, None, False, 0.0)
+        else:
+            _, decision, mp = best
+            if not relays and decision.pipeline != PIPELINE_P_MD:
+                decision = replace(decision, pipeline=PIPELINE_P_MD, rule="failover",
+                                   reason="no Relay-Decode left; " + decision.reason)  # fmt: skip
         main = mp.site
         if decision.pipeline == PIPELINE_P_RLD:
             mp = None
-        prefill = min(self.config.prefill, key=lambda u: (
+        prefill = min(prefills, key=lambda u: (
             -self.prefill_cache[u].match(hashes), self.prefill_active[u],
             next(self._rr["prefill"])))  # fmt: skip
         self.prefill_cache[prefill].insert(hashes)
         relay = None
-        if self.config.relay:  # the least busy Relay-Decode, round-robin among equals
-            start = next(self._rr["relay"]) % len(self.config.relay)
-            rotated = self.config.relay[start:] + self.config.relay[:start]
+        if relays:  # the least busy Relay-Decode, round-robin among equals
+            start = next(self._rr["relay"]) % len(relays)
+            rotated = relays[start:] + relays[:start]
             relay = min(rotated, key=self.relay_load)
         return decision, (prefill, relay, main), mp
 

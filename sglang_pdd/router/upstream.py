@@ -11,12 +11,15 @@ logger = logging.getLogger("sglang_pdd.router")
 
 
 class UpstreamError(Exception):
-    """An SGLang server answered with an error; carries its status and body for the client."""
+    """An SGLang server answered with an error; carries its status and body for the client.
+    ``instance``: the URL of an instance that failed or went silent (the request may continue
+    elsewhere), None when the answer is about the request itself."""
 
-    def __init__(self, status: int, body: dict) -> None:
+    def __init__(self, status: int, body: dict, instance: str | None = None) -> None:
         super().__init__(f"upstream answered {status}: {body}")
         self.status = status
         self.body = body
+        self.instance = instance
 
 
 async def _error_body(resp: aiohttp.ClientResponse) -> dict:
@@ -29,11 +32,18 @@ async def _error_body(resp: aiohttp.ClientResponse) -> dict:
 
 
 async def post_json(session: aiohttp.ClientSession, url: str, body: dict) -> dict:
-    """POST and return the JSON answer; raise ``UpstreamError`` on a non-200 answer."""
-    async with session.post(url, json=body) as resp:
-        if resp.status != 200:
-            raise UpstreamError(resp.status, await _error_body(resp))
-        return await resp.json(content_type=None)
+    """POST and return the JSON answer; raise ``UpstreamError`` on a non-200 answer, and a 502
+    naming the instance when it cannot be reached or breaks the connection."""
+    try:
+        async with session.post(url, json=body) as resp:
+            if resp.status != 200:
+                raise UpstreamError(resp.status, await _error_body(resp))
+            return await resp.json(content_type=None)
+    except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+        instance = url.rsplit("/", 1)[0]
+        raise UpstreamError(502, {"error": {"message": f"{instance}: {type(exc).__name__}: "
+                                                       f"{exc}", "code": 502}},
+                            instance) from exc  # fmt: skip
 
 
 async def stream_sse(session: aiohttp.ClientSession, url: str, body: dict,

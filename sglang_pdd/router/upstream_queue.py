@@ -33,7 +33,7 @@ async def pump(stream, queue: asyncio.Queue, url: str, idle_limit, poll_s: float
                     elif not step.done() and time.monotonic() - silent_since > limit:
                         raise UpstreamError(504, {"error": {"message": (
                             f"{url} sent nothing for {limit:g} s "
-                            "(--upstream-idle-timeout-s)"), "code": 504}})  # fmt: skip
+                            "(--upstream-idle-timeout-s)"), "code": 504}}, url)  # fmt: skip
             finally:
                 if not step.done():
                     step.cancel()
@@ -56,5 +56,5 @@ def _as_upstream_error(exc: Exception, url: str) -> Exception:
     """An instance that cannot be reached or that broke its stream: a 502 naming it."""
     if isinstance(exc, aiohttp.ClientError | TimeoutError):
         return UpstreamError(502, {"error": {"message": f"{url}: {type(exc).__name__}: {exc}",
-                                             "code": 502}})  # fmt: skip
+                                             "code": 502}}, url)  # fmt: skip
     return exc

@@ -39,8 +39,7 @@ def pd_servers(server_group, tiny_model, colocated):
     common = _common(tiny_model)
     yield (colocated,) + tuple(
         server_group.start(
-            ServerSpec("pd-prefill", role="prefill", extra_args=("--pdd-log-transfers",),
-                       **common),  # fmt: skip
+            ServerSpec("pd-prefill", role="prefill", extra_args=("--pdd-log-transfers",), **common),
             ServerSpec(
                 "pd-decode",
                 role="decode",

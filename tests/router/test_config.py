@@ -36,6 +36,7 @@ def test_flags_map_onto_the_config():
         (["--upstream-connect-timeout-s", "0"], "--upstream-connect-timeout-s"),
         (["--upstream-idle-timeout-s", "-5"], "--upstream-idle-timeout-s"),
         (["--handoff-retry-s", "0"], "--handoff-retry-s"),
+        (["--migration-limit", "-1"], "--migration-limit"),
         (["--port", "70000"], "--port"),
         (["--wan-bandwidth-mbps", "0"], "--wan-bandwidth-mbps"),
         (["--main", "http://127.0.0.2:5"], "--main-control"),  # one control socket too few

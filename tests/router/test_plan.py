@@ -79,3 +79,21 @@ def test_md_reports_stand_in_until_its_kv_events_arrive():
         await site.close()
 
     asyncio.run(run())
+
+
+def test_failed_instances_are_avoided_down_to_what_is_left(state):
+    ids = list(range(3000))  # over the SLO: P-RLD-MD when everything is up
+    failed = frozenset({"http://m0:1", RLD[0], P[0]})
+    for _ in range(4):
+        decision, (p, rld, md), _ = state.plan(ids, 64, failed)
+        assert (p, rld, md.url, decision.pipeline) == (P[1], RLD[1], "http://m1:1", "P-RLD-MD")
+    # No Main-Decode left: Relay-Decode finishes the request.
+    decision, (_, rld, _), main_plan = state.plan(ids, 64, frozenset({"http://m0:1",
+                                                                      "http://m1:1"}))  # fmt: skip
+    assert (decision.pipeline, decision.rule, main_plan) == ("P-RLD", "failover", None)
+    assert rld in RLD
+    # No Relay-Decode left: Main-Decode takes the request from P directly.
+    decision, (_, rld, _), _ = state.plan(ids, 64, frozenset(RLD))
+    assert (decision.pipeline, decision.rule, rld) == ("P-MD", "failover", None)
+    with pytest.raises(ValueError, match="no instance left"):
+        state.plan(ids, 64, frozenset(P))

@@ -1,0 +1,144 @@
+"""An instance killed (``kill -9``) in the middle of a request loses nothing (issue 8).
+
+Each test kills a server of its own, never one the session shares: a Main-Decode after the
+handoff (the request continues on Relay-Decode from the prompt plus the ids the client has), a
+Main-Decode while the request is parked on it (Relay-Decode, still serving, finishes it) and a
+Relay-Decode before the handoff (Main-Decode takes the request from P directly). The client's
+output equals the co-located server's in each case. Every wait is on the router's own state.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import signal
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from sglang_pdd.testbed.client import generate, wait_router_settled
+from tests.e2e.held_links import _wait
+
+pytestmark = pytest.mark.servers
+_names = itertools.count()
+
+
+def _greedy(rng: random.Random, prompt: int, new: int) -> dict:
+    return {"rid": f"fault-{uuid.uuid4().hex[:8]}",
+            "input_ids": [rng.randrange(10, 250) for _ in range(prompt)],
+            "sampling_params": {"temperature": 0.0, "ignore_eos": True,
+                                "max_new_tokens": new}}  # fmt: skip
+
+
+def _kill(server) -> None:
+    os.killpg(server.proc.pid, signal.SIGKILL)  # the server and its scheduler processes
+    server.proc.wait(timeout=60)
+
+
+def _reference(colocated, body) -> list[int]:
+    return generate(colocated.url, {k: v for k, v in body.items() if k != "rid"}).output_ids
+
+
+@pytest.fixture
+def doomed_main(server_group, pdd_cluster):
+    """A Main-Decode of this test's own (behind its own WAN proxies) and a router using it."""
+    from sglang_pdd.testbed.cluster import add_main_decode, start_router
+
+    name = f"main-doomed-{next(_names)}"
+    site = add_main_decode(server_group, pdd_cluster, name)
+    router = start_router(server_group, pdd_cluster, name=f"router-{name}", mains=[site])
+    yield site, router
+    server_group.stop_named(router.name, name, f"wan-http-{name}", f"wan-control-{name}",
+                            f"wan-kv-events-{name}")  # fmt: skip
+
+
+def test_main_decode_killed_after_the_handoff_the_request_continues(doomed_main, colocated):
+    site, router = doomed_main
+    body = _greedy(random.Random(51), 400, 1500)
+    expected = _reference(colocated, body)
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(generate, router.url, body, True)
+        _wait(router.url, body["rid"], future, lambda r: r["main_tokens"] >= 20,
+              "Main-Decode's first tokens")  # fmt: skip
+        _kill(site.server)
+        result = future.result(timeout=600)
+    assert result.status == 200, result.body
+    assert result.output_ids == expected
+    pdd = result.body["meta_info"]["pdd"]
+    assert len(pdd["migrations"]) == 1 and site.http_via_wan in pdd["migrations"][0], pdd
+    assert result.body["meta_info"]["prompt_tokens"] == 400  # the client's, not the replay's
+    wait_router_settled(router.url)
+
+
+def test_main_decode_killed_while_the_request_is_parked_relay_decode_finishes_it(
+    doomed_main, colocated, server_group
+):
+    site, router = doomed_main
+    control = next(s for s in server_group.servers if s.name == f"wan-control-{site.server.name}")
+    body = _greedy(random.Random(52), 400, 600)
+    expected = _reference(colocated, body)
+    control.pause()  # MD's "ready" cannot reach the router: the request stays on RLD
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(generate, router.url, body, False)
+            _wait(router.url, body["rid"], future, lambda r: r["relay_tokens"] >= 20,
+                  "Relay-Decode's first tokens")  # fmt: skip
+            _kill(site.server)
+            control.resume()
+            result = future.result(timeout=600)
+    finally:
+        control.resume()
+    assert result.status == 200, result.body
+    assert result.output_ids == expected
+    assert result.body["meta_info"]["pdd"]["finished_on"] == "relay"
+    wait_router_settled(router.url)
+
+
+@pytest.fixture
+def doomed_relay(server_group, tiny_model, pdd_cluster):
+    """A Relay-Decode of this test's own, and a router using it beside the cluster's MD (over a
+    control link of its own that the test can stall)."""
+    from dataclasses import replace
+
+    from sglang_pdd.testbed.cluster import start_link_proxy, start_router
+    from sglang_pdd.testbed.launcher import ServerSpec
+    from tests.e2e.conftest import _common
+
+    name = f"relay-doomed-{next(_names)}"
+    relay = server_group.start(ServerSpec(name, role="decode", extra_args=("--pdd-role", "relay"),
+                                          **_common(tiny_model)))[0]  # fmt: skip
+    main = pdd_cluster.mains[0]
+    control = start_link_proxy(server_group, f"control-{name}", main.control_port,
+                               pdd_cluster.config.wan)  # fmt: skip
+    site = replace(main, control_via_wan=control.url.replace("http://", "tcp://"))
+    router = start_router(server_group, pdd_cluster, name=f"router-{name}", relay_url=relay.url,
+                          mains=[site])  # fmt: skip
+    yield relay, control, router
+    control.resume()
+    server_group.stop_named(router.name, control.name, name)
+
+
+def test_relay_decode_killed_before_the_handoff_main_decode_takes_the_request(
+    doomed_relay, colocated
+):
+    relay, control, router = doomed_relay
+    body = _greedy(random.Random(53), 400, 600)
+    expected = _reference(colocated, body)
+    control.pause()  # no handoff: the request is on RLD when it dies
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(generate, router.url, body, True)
+            _wait(router.url, body["rid"], future, lambda r: r["relay_tokens"] >= 20,
+                  "Relay-Decode's first tokens")  # fmt: skip
+            _kill(relay)
+            control.resume()
+            result = future.result(timeout=600)
+    finally:
+        control.resume()
+    assert result.status == 200, result.body
+    assert result.output_ids == expected
+    pdd = result.body["meta_info"]["pdd"]
+    assert pdd["pipeline"] == "P-MD" and relay.url in pdd["migrations"][0], pdd
+    wait_router_settled(router.url)
