@@ -101,9 +101,10 @@ def held_router(server_group, pdd_cluster, held_links):
 
 @pytest.fixture(scope="session")
 def impatient_router(server_group, pdd_cluster, held_links):
-    """A One-Shot router that ends a request whose decoding instance is silent for 2 s."""
+    """A One-Shot router that ends a request whose decoding instance is silent for 2 s (and
+    does not migrate it: what the limit itself does is under test)."""
     return _held_router(server_group, pdd_cluster, held_links, "router-impatient",
-                        upstream_idle_timeout_s=2.0)  # fmt: skip
+                        upstream_idle_timeout_s=2.0, migration_limit=0)  # fmt: skip
 
 
 @pytest.fixture(scope="session")
