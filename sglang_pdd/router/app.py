@@ -192,6 +192,7 @@ async def server_info(request):
         # caching the KV of a request that finished on Relay-Decode).
         "background_requests": len(state.background),
         "relay_loads": dict(state.relay_loads),
+        "out_of_rotation": sorted(state.health.out_of_rotation()),
         "prefill_estimate_s": state.prefill_estimate_s,
         "mains": {url: site.describe() for url, site in state.mains.items()}}})  # fmt: skip
 

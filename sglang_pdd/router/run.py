@@ -95,6 +95,8 @@ class ClientRun:
                     yield event
                 return
             except UpstreamError as exc:
+                if exc.instance is not None:
+                    self.state.health.mark_down(exc.instance)
                 why = migration_refused(exc, self.body, self.emitted, len(self.migrations),
                                         self.state.config.migration_limit)  # fmt: skip
                 if why is not None:

@@ -21,6 +21,7 @@ from sglang_pdd.policy import (
 )
 from sglang_pdd.router.auth import upstream_headers
 from sglang_pdd.router.config import MainEndpoint, RouterConfig
+from sglang_pdd.router.health import InstanceHealth
 from sglang_pdd.router.main_control import MainControlClient
 from sglang_pdd.router.main_site import MainSite
 from sglang_pdd.router.transfers import DEFERRED, MainTransfer
@@ -61,6 +62,8 @@ class RouterState:
         # Relay-Decode's live load per URL, polled from SGLang's /v1/loads.
         self.relay_loads: dict[str, float] = {}
         self._load_poller: asyncio.Task | None = None
+        self.health = InstanceHealth()
+        self._health_probe: asyncio.Task | None = None
         self.background: set = set()  # sub-requests outliving their client request
         self.live: dict = {}  # rid -> PddRecord of every request in flight (GET /pdd/requests)
         self.incremental_streams: dict[str, bool] = {}
@@ -101,6 +104,7 @@ class RouterState:
         self.kv_bytes_per_token = await self._kv_bytes_per_token()
         if self.config.relay:
             self._load_poller = asyncio.get_running_loop().create_task(self._poll_relay_loads())
+        self._health_probe = asyncio.get_running_loop().create_task(self.health.probe(self.session))
 
     async def _poll_relay_loads(self, interval_s: float = 0.5) -> None:
         """Keep ``relay_loads`` current: the busier of KV-token usage and running-request use."""
@@ -148,10 +152,11 @@ class RouterState:
         return task
 
     async def close(self) -> None:
-        if self._load_poller is not None:
-            self._load_poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._load_poller
+        for task in (self._load_poller, self._health_probe):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for site in self.mains.values():
             await site.close()
         if self.session is not None:
@@ -195,6 +200,17 @@ class RouterState:
 
     def plan(self, input_ids: list[int], max_new_tokens: int,
              avoid: frozenset[str] = frozenset()):  # fmt: skip
+        """``_plan`` without the instances out of rotation (``health``), unless that leaves no
+        prefill or decoding instance: then they are tried all the same."""
+        down = self.health.out_of_rotation()
+        if down - avoid:
+            try:
+                return self._plan(input_ids, max_new_tokens, avoid | down)
+            except ValueError:
+                pass
+        return self._plan(input_ids, max_new_tokens, avoid)
+
+    def _plan(self, input_ids: list[int], max_new_tokens: int, avoid: frozenset[str]):
         """Pick the pipeline and the instances for a request.
 
         Main-Decode: the one holding (or about to hold) most of the prompt, then the one whose KV

@@ -115,3 +115,15 @@ def wait_router_settled(router_url: str, timeout: float = 120) -> None:
             return
         time.sleep(0.2)
     raise TimeoutError(f"the router at {router_url} still runs background sub-requests")
+
+
+def wait_all_in_rotation(router_url: str, timeout: float = 120) -> None:
+    """Wait until the router has every instance in rotation again (it takes one out after it
+    failed a request and puts it back once its /health answers)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = requests.get(f"{router_url}/get_server_info", timeout=30).json()
+        if not info["pdd_router"]["out_of_rotation"]:
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"the router at {router_url} keeps instances out of rotation")

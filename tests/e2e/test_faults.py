@@ -17,6 +17,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import requests
 
 from sglang_pdd.testbed.client import generate, wait_router_settled
 from tests.e2e.held_links import _wait
@@ -69,6 +70,14 @@ def test_main_decode_killed_after_the_handoff_the_request_continues(doomed_main,
     pdd = result.body["meta_info"]["pdd"]
     assert len(pdd["migrations"]) == 1 and site.http_via_wan in pdd["migrations"][0], pdd
     assert result.body["meta_info"]["prompt_tokens"] == 400  # the client's, not the replay's
+    # The dead MD is out of rotation: the next request goes straight to what is left.
+    info = requests.get(f"{router.url}/get_server_info", timeout=30).json()["pdd_router"]
+    assert info["out_of_rotation"] == [site.http_via_wan], info
+    body = _greedy(random.Random(54), 300, 50)
+    after = generate(router.url, body)
+    assert after.status == 200 and after.output_ids == _reference(colocated, body)
+    pdd = after.body["meta_info"]["pdd"]
+    assert (pdd["pipeline"], pdd["migrations"]) == ("P-RLD", []), pdd
     wait_router_settled(router.url)
 
 

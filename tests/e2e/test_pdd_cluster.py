@@ -14,7 +14,12 @@ import requests
 import zmq
 
 from sglang_pdd.main_decode import RELAYED_RID_SUFFIX
-from sglang_pdd.testbed.client import generate, iter_sse, wait_router_settled
+from sglang_pdd.testbed.client import (
+    generate,
+    iter_sse,
+    wait_all_in_rotation,
+    wait_router_settled,
+)
 from tests.e2e.held_links import generate_on_relay, generate_with_handoff_at, live_record
 from tests.e2e.prompts import make_prompt, varied_prompts
 
@@ -243,6 +248,7 @@ def test_a_silent_relay_ends_the_request_within_the_idle_limit(impatient_router,
     request ends after --upstream-idle-timeout-s with an error naming it (a 504, or the
     stream's last chunk), and is aborted on every instance."""
     body = _held_body(make_prompt(random.Random(8), 300), 400)
+    wait_all_in_rotation(impatient_router.url)  # the other case took the held RLD out
     held_links.control.pause()
     held_links.relay.arm(3)
     try:

@@ -1,0 +1,55 @@
+"""Instances out of rotation after a failure, and back once /health answers (real HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from sglang_pdd.router.health import InstanceHealth
+from tests.router.test_plan import RLD, P, state  # noqa: F401 - the fixture
+
+
+def test_planning_leaves_out_instances_out_of_rotation_unless_nothing_is_left(state):  # noqa: F811
+    ids = list(range(3000))
+    state.health.mark_down("http://m0:1")
+    state.health.mark_down(RLD[0])
+    for _ in range(4):
+        decision, (_, rld, md), _ = state.plan(ids, 64)
+        assert (rld, md.url, decision.pipeline) == (RLD[1], "http://m1:1", "P-RLD-MD")
+    # Every prefill out of rotation: they are tried all the same (better than no answer).
+    for url in P:
+        state.health.mark_down(url)
+    _, (p, _, _), _ = state.plan(ids, 64)
+    assert p in P
+
+
+def test_the_probe_puts_an_instance_back_once_its_health_answers():
+    async def run():
+        answers = {"status": 503}
+        app = web.Application()
+        app.router.add_get("/health", lambda _r: web.Response(status=answers["status"]))
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        health = InstanceHealth()
+        health.mark_down(url)
+        health.mark_down("http://127.0.0.1:1")  # nothing listens there: stays out
+        import aiohttp
+
+        async with aiohttp.ClientSession() as session:
+            probe = asyncio.create_task(health.probe(session, interval_s=0.01))
+            for _ in range(5):  # several rounds of 503: still out
+                await asyncio.sleep(0.02)
+            still_out = url in health.out_of_rotation()
+            answers["status"] = 200
+            while url in health.out_of_rotation():
+                await asyncio.sleep(0.01)
+            probe.cancel()
+        await runner.cleanup()
+        return still_out, health.out_of_rotation()
+
+    still_out, left = asyncio.run(run())
+    assert still_out and left == {"http://127.0.0.1:1"}
