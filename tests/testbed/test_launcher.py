@@ -39,9 +39,12 @@ def _alive(pid: int) -> bool:
 def test_ctrl_c_tears_down_every_process(tmp_path):
     script = textwrap.dedent(
         f"""
-        import sys, time
+        import signal, sys, time
         from pathlib import Path
         from sglang_pdd.testbed.launcher import ServerGroup
+        # Ctrl-C in a terminal raises KeyboardInterrupt; a test run started in the background
+        # would hand this process SIGINT ignored (POSIX, for '&' jobs), so restore the default.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from sglang_pdd.testbed.ports import free_port
         with ServerGroup(log_dir=Path({str(tmp_path)!r})) as group:
             port = free_port()
