@@ -87,7 +87,10 @@ class PddRequestRun:
         incremental = self.router.incremental_streams.get(url, False)
         limit = self.router.config.upstream_idle_timeout_s
         stream = stream_sse(self.router.session, f"{url}/generate", body, incremental)
-        idle = (lambda: limit if self._handed_off else None) if parked else (lambda: limit)
+        # A parked MD stream is silent by design until the final handoff, or until the release
+        # of a request that finished on RLD (MD then ends it once its KV has landed).
+        idle = ((lambda: limit if self._handed_off or self._released else None) if parked
+                else (lambda: limit))  # fmt: skip
         queue.task = self._spawn(_pump(stream, queue, url, idle))
         return queue
 

@@ -22,9 +22,13 @@ async def _pump(reader, writer, link: WanLink) -> None:
     queue: asyncio.Queue = asyncio.Queue()
 
     async def read_side() -> None:
-        while data := await reader.read(65536):
-            queue.put_nowait((link.reserve(len(data)), data))
-        queue.put_nowait((None, b""))
+        try:
+            while data := await reader.read(65536):
+                queue.put_nowait((link.reserve(len(data)), data))
+        finally:
+            # EOF, or a reset (a peer killed with kill -9): either way the other side must see
+            # this connection end, after the bytes already on the link.
+            queue.put_nowait((None, b""))
 
     async def write_side() -> None:
         while True:

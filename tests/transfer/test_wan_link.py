@@ -70,3 +70,38 @@ def test_proxy_delays_each_direction_and_keeps_bytes_in_order():
     received, elapsed = asyncio.run(scenario())
     assert received == bytes(range(256)) * 64
     assert elapsed >= 0.2  # one-way delay there and back: the link really was in the path
+
+
+def test_a_reset_by_the_target_ends_the_clients_connection():
+    """A target killed with kill -9 resets its connections: the client behind the proxy must see
+    its connection end (after the bytes already sent), not hang on a half-dead proxy."""
+    import socket
+    import struct
+
+    async def scenario() -> tuple[bytes, bytes]:
+        async def send_then_reset(reader, writer):
+            writer.write(b"partial answer")
+            await writer.drain()
+            await reader.read(1)  # wait for the client's byte, then reset (RST, not FIN)
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+
+        server = await asyncio.start_server(send_then_reset, "127.0.0.1", 0)
+        target_port = server.sockets[0].getsockname()[1]
+        proxy = WanProxy("127.0.0.1", 0, "127.0.0.1", target_port,
+                         WanLinkConfig(bandwidth_mbps=100.0, one_way_delay_ms=5.0))  # fmt: skip
+        listener = await asyncio.start_server(proxy._handle, "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        first = await reader.readexactly(len(b"partial answer"))
+        writer.write(b"x")
+        await writer.drain()
+        rest = await asyncio.wait_for(reader.read(), timeout=60)  # EOF: the connection ended
+        writer.close()
+        listener.close()
+        server.close()
+        return first, rest
+
+    first, rest = asyncio.run(scenario())
+    assert first == b"partial answer" and rest == b""
