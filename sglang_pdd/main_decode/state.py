@@ -13,8 +13,10 @@ import zmq
 from sglang_pdd.main_decode import is_relayed, protocol
 
 logger = logging.getLogger("sglang_pdd")
-ABORT_MEMORY_S = 10.0  # how long an abort that found nothing parked is remembered (covers
-# an abort that overtook its request across the WAN, not a client reusing the rid later)
+# How many scheduler iterations an abort that found nothing parked is remembered (covers an
+# abort that overtook its request across the WAN). Counted in iterations, not seconds, so that
+# every TP rank forgets it in the same iteration and all ranks park the same requests.
+ABORT_MEMORY_ITERATIONS = 20_000
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,8 @@ class MainDecodeState:
         self.releases: set[str] = set()  # finished on Relay-Decode: end once the KV is in
         # Aborts that found nothing parked, by rid prefix: a relayed request whose KV lands
         # after its abort (the abort raced the transfer's last step) is ended, not parked.
-        self.recent_aborts: dict[str, float] = {}
+        self.recent_aborts: dict[str, int] = {}  # rid prefix -> iteration of the abort
+        self.iteration = 0  # scheduler iterations seen (park_arrivals runs once in each)
         self.kv_waits: set[str] = set()  # rids whose handoff waited for memory (logged once)
 
     # -- control socket -------------------------------------------------------------------
@@ -153,6 +156,7 @@ class MainDecodeState:
 
     def park_arrivals(self, scheduler) -> None:
         """Move relayed requests whose KV has arrived out of the waiting queue into ``parked``."""
+        self.iteration += 1
         keep = []
         for req in scheduler.waiting_queue:
             if getattr(req, "_pdd_seen", False):
@@ -186,12 +190,12 @@ class MainDecodeState:
             self.watchers.pop(rid, None)
             self.kv_waits.discard(rid)
         if not named and rid_prefix and not abort_all:
-            self.recent_aborts[rid_prefix] = time.monotonic()
+            self.recent_aborts[rid_prefix] = self.iteration
         for rid in [r for r in self.releases if abort_all or r.startswith(rid_prefix)]:
             self.releases.discard(rid)
 
     def _aborted_before_parking(self, rid: str) -> bool:
-        cutoff = time.monotonic() - ABORT_MEMORY_S
+        cutoff = self.iteration - ABORT_MEMORY_ITERATIONS
         for prefix in [p for p, t in self.recent_aborts.items() if t < cutoff]:
             del self.recent_aborts[prefix]
         return any(rid.startswith(prefix) for prefix in self.recent_aborts)

@@ -61,7 +61,6 @@ def test_only_the_watching_peer_may_act_on_a_request():
 def test_an_abort_that_overtakes_its_request_still_ends_it():
     """An abort that found nothing parked is remembered briefly: the relayed request whose KV
     lands afterwards is ended (released), not parked for good; others park as usual."""
-    import time
     from types import SimpleNamespace
 
     from sglang_pdd.main_decode import state as state_module
@@ -78,7 +77,7 @@ def test_an_abort_that_overtakes_its_request_still_ends_it():
 
     try:
         state.unpark_for_abort(scheduler, "gone.pdd-relayed", abort_all=False)
-        state.recent_aborts["old.pdd-relayed"] = time.monotonic() - state_module.ABORT_MEMORY_S - 1
+        state.recent_aborts["old.pdd-relayed"] = -state_module.ABORT_MEMORY_ITERATIONS - 1
         for rid in ("gone.pdd-relayed", "kept.pdd-relayed", "old.pdd-relayed"):
             arrive(rid)
         assert set(state.parked) == {"gone.pdd-relayed", "kept.pdd-relayed", "old.pdd-relayed"}
