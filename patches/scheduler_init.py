@@ -56,6 +56,7 @@ def hook(original, self, server_args, *args, **kwargs):
             speculative=getattr(server_args, "speculative_algorithm", None),
             page_size=int(getattr(server_args, "page_size", 1) or 1),
             dp_attention=bool(getattr(server_args, "enable_dp_attention", False)),
+            experimental_tp=config.experimental_tp,
         )
 
         vocab = getattr(getattr(self, "model_config", None), "vocab_size", None)

@@ -51,6 +51,7 @@ def hook(server_args, cls, args, *rest, **kwargs):
         control_host=getattr(args, "pdd_control_host", "0.0.0.0"),
         log_transfers=args.pdd_log_transfers,
         seeded_sampling=bool(getattr(args, "pdd_seeded_sampling", False)),
+        experimental_tp=bool(getattr(args, "pdd_experimental_tp", False)),
     )
     config.check_against(
         getattr(args, "disaggregation_mode", "null"),

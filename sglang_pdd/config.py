@@ -31,6 +31,8 @@ class PddServerConfig:
     # Sample every request with SGLang's seeded sampler (a request's sampling_seed, or a random
     # one), without --enable-deterministic-inference: patches/seeded_sampling.py.
     seeded_sampling: bool = False
+    # Main-Decode only: accept --tp-size > 1 (not verified end to end; docs/cpu.md).
+    experimental_tp: bool = False
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -44,6 +46,8 @@ class PddServerConfig:
             raise ValueError("--pdd-role main needs --pdd-control-port in 1..65535")
         if self.role != "main" and self.control_port:
             raise ValueError("--pdd-control-port is only accepted with --pdd-role main")
+        if self.role != "main" and self.experimental_tp:
+            raise ValueError("--pdd-experimental-tp is only accepted with --pdd-role main")
         if self.role != "main" and self.control_host != "0.0.0.0":
             raise ValueError("--pdd-control-host is only accepted with --pdd-role main")
         if not self.control_host or any(c.isspace() or c in "/:" for c in self.control_host):
@@ -69,11 +73,15 @@ class PddServerConfig:
 
 def check_main_decode_modes(*, tp_size: int, pp_size: int, dp_size: int, overlap: bool,
                             speculative: str | None, page_size: int = 1,
-                            dp_attention: bool = False) -> None:  # fmt: skip
+                            dp_attention: bool = False,
+                            experimental_tp: bool = False) -> None:  # fmt: skip
     """Refuse SGLang server modes a Main-Decode does not serve (yet), naming the flag to change.
 
-    * TP/PP/DP > 1, DP attention: every rank would bind the control port and only one would
-      get the handoff; broadcasting the handoff to every rank is not built.
+    * TP > 1 unless ``experimental_tp``: the control messages ride SGLang's request broadcast
+      to every rank (``patches/main_control_ingest.py``, tested), but no handoff to a
+      tensor-parallel Main-Decode has been verified end to end (docs/cpu.md says why).
+    * PP/DP > 1, DP attention: across pipeline stages or data-parallel groups nothing carries
+      the control messages yet.
     * The overlap scheduler: the handoff batch goes through its deferred result path by
       construction (docs/pdd.md), but SGLang's CPU engine, where the tests run, does not run
       it, so it stays refused until tested on a GPU.
@@ -81,7 +89,10 @@ def check_main_decode_modes(*, tp_size: int, pp_size: int, dp_size: int, overlap
     * Page size > 1: the handoff's KV budget rounds to pages, but no test covers it.
     """
     problems = []
-    for flag, value in (("--tp-size", tp_size), ("--pp-size", pp_size), ("--dp-size", dp_size),
+    if tp_size != 1 and not experimental_tp:
+        problems.append(f"--tp-size {tp_size} (use --tp-size 1, or accept the unverified "
+                        "tensor-parallel handoff with --pdd-experimental-tp)")  # fmt: skip
+    for flag, value in (("--pp-size", pp_size), ("--dp-size", dp_size),
                         ("--page-size", page_size)):  # fmt: skip
         if value != 1:
             problems.append(f"{flag} {value} (use {flag} 1)")

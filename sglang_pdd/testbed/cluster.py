@@ -173,11 +173,13 @@ def start_link_proxy(group: ServerGroup, name: str, target_port: int,
 
 
 def add_main_decode(group: ServerGroup, cluster: PddCluster, name: str,
-                    max_total_tokens: int | None = None,
-                    env: dict[str, str] | None = None) -> MainDecodeSite:  # fmt: skip
+                    max_total_tokens: int | None = None, env: dict[str, str] | None = None,
+                    tp_size: int = 1) -> MainDecodeSite:  # fmt: skip
     """Start one more Main-Decode in datacenter B (behind its own WAN proxies), not yet known to
     any router: pass ``mains=`` to ``start_router``. ``max_total_tokens`` sizes its KV pool
-    (default: the cluster's); ``env`` adds environment variables (SGLang's ``SGLANG_*`` knobs)."""
+    (default: the cluster's); ``env`` adds environment variables (SGLang's ``SGLANG_*`` knobs);
+    ``tp_size`` > 1 runs it tensor-parallel (on the CPU each rank gets its share of the
+    datacenter's cores)."""
     cfg = cluster.config
     control_port, events_port = free_port(), free_port()
     extra = ("--pdd-role", "main", "--pdd-control-port", str(control_port),
@@ -189,14 +191,38 @@ def add_main_decode(group: ServerGroup, cluster: PddCluster, name: str,
         extra += ("--pdd-seeded-sampling",)
     if cfg.kv_events:
         extra += ("--kv-events-config", kv_events_config(events_port))
+    env = dict(env or {})
+    if tp_size > 1:  # a Main-Decode accepts it only when told the handoff is unverified
+        extra += ("--tp-size", str(tp_size), "--pdd-experimental-tp")
+        env.setdefault("SGLANG_CPU_OMP_THREADS_BIND", cpu_rank_binding(
+            cfg.datacenter_cpus[1], tp_size))  # fmt: skip
     server, = group.start(ServerSpec(
         name, role="decode", model_path=cfg.model_path, dtype=cfg.dtype,
         chunked_prefill_size=cfg.chunked_prefill_size,
         max_total_tokens=max_total_tokens or cfg.max_total_tokens,
-        env=(("SGLANG_HOST_IP", DATACENTER_B_HOST), *(env or {}).items()), extra_args=extra,
+        env=(("SGLANG_HOST_IP", DATACENTER_B_HOST), *env.items()), extra_args=extra,
         cpus=cfg.datacenter_cpus[1]))  # fmt: skip
     return _site(group, server, name, control_port, events_port if cfg.kv_events else None,
                  cfg.wan)  # fmt: skip
+
+
+def cpu_rank_binding(cpus: str, ranks: int) -> str:
+    """SGLang's ``SGLANG_CPU_OMP_THREADS_BIND`` for ``ranks`` ranks on the cores ``cpus`` names
+    (a taskset list; empty: every core this process may use): consecutive equal shares, or
+    every rank on all of them when there are fewer cores than ranks."""
+    import os
+
+    if cpus:
+        cores = []
+        for part in cpus.split(","):
+            lo, _, hi = part.partition("-")
+            cores += range(int(lo), int(hi or lo) + 1)
+    else:
+        cores = sorted(os.sched_getaffinity(0))
+    share = len(cores) // ranks
+    groups = [cores] * ranks if share == 0 else [cores[i * share:(i + 1) * share]
+                                                  for i in range(ranks)]  # fmt: skip
+    return "|".join(",".join(map(str, group)) for group in groups)
 
 
 def _site(group, server, tag, control_port, events_port, wan) -> MainDecodeSite:

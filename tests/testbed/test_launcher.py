@@ -83,3 +83,12 @@ def test_stop_named_stops_only_those_servers(tmp_path):
         group.stop_named("gone")
         assert not gone.alive() and kept.alive()
         group.launch_command("gone", sleeper, free_port())  # a stopped server's name is free
+
+
+def test_tensor_parallel_ranks_share_the_datacenters_cores():
+    from sglang_pdd.testbed.cluster import cpu_rank_binding
+
+    assert cpu_rank_binding("0-3", 2) == "0,1|2,3"
+    assert cpu_rank_binding("1", 2) == "1|1"  # fewer cores than ranks: all of them each
+    assert cpu_rank_binding("0,2,4", 2) == "0|2"
+    assert cpu_rank_binding("", 1).count("|") == 0
