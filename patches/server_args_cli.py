@@ -63,6 +63,12 @@ def hook(result, parser, *args, **kwargs):
         "--seeded-sampling).",
     )  # fmt: skip
     group.add_argument(
+        "--pdd-parked-ttl-s", type=float, default=600.0,
+        help="Main-Decode: end a relayed request that sees no handoff, release or other control "
+        "message for this long (its KV is cached, as for a release), and forget a watch for a "
+        "request that never arrives as long.",
+    )  # fmt: skip
+    group.add_argument(
         "--pdd-experimental-tp", action="store_true",
         help="Main-Decode: accept --tp-size > 1. The control socket opens on the rank that "
         "receives requests and every handoff reaches all ranks through SGLang's request "

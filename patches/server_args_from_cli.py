@@ -52,6 +52,7 @@ def hook(server_args, cls, args, *rest, **kwargs):
         log_transfers=args.pdd_log_transfers,
         seeded_sampling=bool(getattr(args, "pdd_seeded_sampling", False)),
         experimental_tp=bool(getattr(args, "pdd_experimental_tp", False)),
+        parked_ttl_s=float(getattr(args, "pdd_parked_ttl_s", 600.0)),
     )
     config.check_against(
         getattr(args, "disaggregation_mode", "null"),

@@ -33,6 +33,9 @@ class PddServerConfig:
     seeded_sampling: bool = False
     # Main-Decode only: accept --tp-size > 1 (not verified end to end; docs/cpu.md).
     experimental_tp: bool = False
+    # Main-Decode only: a request with no control activity this long (parked with no handoff
+    # or release, or watched and never parked) is ended and forgotten.
+    parked_ttl_s: float = 600.0
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -46,6 +49,10 @@ class PddServerConfig:
             raise ValueError("--pdd-role main needs --pdd-control-port in 1..65535")
         if self.role != "main" and self.control_port:
             raise ValueError("--pdd-control-port is only accepted with --pdd-role main")
+        if not self.parked_ttl_s > 0:
+            raise ValueError(f"--pdd-parked-ttl-s must be > 0 seconds, got {self.parked_ttl_s}")
+        if self.role != "main" and self.parked_ttl_s != 600.0:
+            raise ValueError("--pdd-parked-ttl-s is only accepted with --pdd-role main")
         if self.role != "main" and self.experimental_tp:
             raise ValueError("--pdd-experimental-tp is only accepted with --pdd-role main")
         if self.role != "main" and self.control_host != "0.0.0.0":

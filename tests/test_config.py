@@ -91,3 +91,11 @@ def test_experimental_tp_is_a_main_decode_flag():
     PddServerConfig(role="main", control_port=5000, experimental_tp=True)
     with pytest.raises(ValueError, match="--pdd-experimental-tp is only accepted with"):
         PddServerConfig(role="relay", experimental_tp=True)
+
+
+def test_parked_ttl_is_a_positive_main_decode_flag():
+    PddServerConfig(role="main", control_port=5000, parked_ttl_s=5.0)
+    with pytest.raises(ValueError, match="--pdd-parked-ttl-s must be > 0"):
+        PddServerConfig(role="main", control_port=5000, parked_ttl_s=0.0)
+    with pytest.raises(ValueError, match="--pdd-parked-ttl-s is only accepted with"):
+        PddServerConfig(role="relay", parked_ttl_s=5.0)

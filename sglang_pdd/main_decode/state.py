@@ -11,12 +11,15 @@ from dataclasses import dataclass
 import zmq
 
 from sglang_pdd.main_decode import is_relayed, protocol
+from sglang_pdd.main_decode.idle_clock import IdleClock
 
 logger = logging.getLogger("sglang_pdd")
 # How many scheduler iterations an abort that found nothing parked is remembered (covers an
 # abort that overtook its request across the WAN). Counted in iterations, not seconds, so that
 # every TP rank forgets it in the same iteration and all ranks park the same requests.
 ABORT_MEMORY_ITERATIONS = 20_000
+
+EXPIRE = "expire"  # a control item rank 0 adds for a rid idle past the TTL (never from a peer)
 
 
 @dataclass(frozen=True)
@@ -40,11 +43,13 @@ class MainDecodeState:
     """Lives on the scheduler (``scheduler._pdd_main``); driven once per scheduler iteration."""
 
     def __init__(self, control_port: int | None, host: str = "0.0.0.0",
-                 vocab_size: int | None = None) -> None:  # fmt: skip
+                 vocab_size: int | None = None, ttl_s: float = 600.0) -> None:  # fmt: skip
         """``control_port`` None: a scheduler rank without the socket (TP ranks other than the
         one that receives requests): it applies the control messages rank 0 reads, which reach
-        it through SGLang's request broadcast, and sends nothing."""
+        it through SGLang's request broadcast, and sends nothing. ``ttl_s``: a request with no
+        control activity that long is ended (``--pdd-parked-ttl-s``)."""
         self.vocab_size = vocab_size
+        self.idle = IdleClock(ttl_s)
         self.socket = None
         if control_port is not None:
             self.socket = zmq.Context.instance().socket(zmq.ROUTER)
@@ -110,12 +115,17 @@ class MainDecodeState:
                 logger.warning("sglang-pdd: control message without 'op' dropped")
                 continue
             items.append((identity, message))
+        items += [(b"", {"op": EXPIRE, "rid": rid}) for rid in self.idle.expired()]
         return ControlMessages(tuple(items)) if items else None
 
     def apply_control(self, batch: ControlMessages) -> None:
         """Act on messages ``read_control`` took (every rank, in the same iteration)."""
         for identity, message in batch.items:
             rid = message["rid"]
+            if message["op"] == EXPIRE:  # made by rank 0 (the socket never accepts this op)
+                self._expire(rid)
+                continue
+            self.idle.touch(rid)
             owner = self.watchers.get(rid)
             if owner is not None and owner != identity:
                 # A peer acts only on requests it watched first: no other peer may redirect
@@ -134,6 +144,21 @@ class MainDecodeState:
                 self.releases.add(rid)
             else:
                 self.handoffs[rid] = (list(message["token_ids"]), bool(message.get("final", True)))
+
+    def _expire(self, rid: str) -> None:
+        """No control activity for ``idle.ttl_s``: end a parked request (its KV is cached, as
+        for a release) and drop what the control state holds for the rid."""
+        self.idle.forget(rid)
+        self.handoffs.pop(rid, None)
+        if rid in self.parked:
+            logger.warning("sglang-pdd: %s parked %.0f s without a handoff or release: ending it "
+                           "(--pdd-parked-ttl-s)", rid, self.idle.ttl_s)  # fmt: skip
+            why = "parked past --pdd-parked-ttl-s without a handoff or release"
+            self._send(rid, {"event": "error", "message": why})
+            self.releases.add(rid)
+        else:
+            self.releases.discard(rid)
+        self.watchers.pop(rid, None)
 
     def poll_control(self, timeout_ms: int = 0) -> None:
         """Read and apply pending control messages on this rank alone (tests; TP = 1)."""
@@ -165,6 +190,7 @@ class MainDecodeState:
             req._pdd_seen = True
             publish_prompt(scheduler, req)
             self.parked_at[req.rid] = time.time()
+            self.idle.touch(req.rid)
             event = self._ready_event(req)
             event["kv_bytes"] = event["received_tokens"] * kv_bytes_per_token(scheduler)
             self._send(req.rid, event)
@@ -175,6 +201,7 @@ class MainDecodeState:
             else:
                 self.parked_at.pop(req.rid, None)
                 self.watchers.pop(req.rid, None)  # a P-MD request: nothing more to report
+                self.idle.forget(req.rid)
                 keep.append(req)
         if len(keep) != len(scheduler.waiting_queue):
             scheduler.waiting_queue = keep
@@ -186,6 +213,7 @@ class MainDecodeState:
         for rid in named:
             scheduler.waiting_queue.insert(0, self.parked.pop(rid))
             self.parked_at.pop(rid, None)
+            self.idle.forget(rid)
             self.handoffs.pop(rid, None)
             self.watchers.pop(rid, None)
             self.kv_waits.discard(rid)
@@ -233,6 +261,7 @@ class MainDecodeState:
             if verdict is True and final:
                 del self.parked[rid]
                 self.parked_at.pop(rid, None)
+                self.idle.forget(rid)
             taken.append((req, token_ids, final, verdict))
         return taken
 

@@ -174,12 +174,13 @@ def start_link_proxy(group: ServerGroup, name: str, target_port: int,
 
 def add_main_decode(group: ServerGroup, cluster: PddCluster, name: str,
                     max_total_tokens: int | None = None, env: dict[str, str] | None = None,
-                    tp_size: int = 1) -> MainDecodeSite:  # fmt: skip
+                    tp_size: int = 1,
+                    extra_args: tuple[str, ...] = ()) -> MainDecodeSite:  # fmt: skip
     """Start one more Main-Decode in datacenter B (behind its own WAN proxies), not yet known to
     any router: pass ``mains=`` to ``start_router``. ``max_total_tokens`` sizes its KV pool
     (default: the cluster's); ``env`` adds environment variables (SGLang's ``SGLANG_*`` knobs);
     ``tp_size`` > 1 runs it tensor-parallel (on the CPU each rank gets its share of the
-    datacenter's cores)."""
+    datacenter's cores); ``extra_args`` go to its command line."""
     cfg = cluster.config
     control_port, events_port = free_port(), free_port()
     extra = ("--pdd-role", "main", "--pdd-control-port", str(control_port),
@@ -191,6 +192,7 @@ def add_main_decode(group: ServerGroup, cluster: PddCluster, name: str,
         extra += ("--pdd-seeded-sampling",)
     if cfg.kv_events:
         extra += ("--kv-events-config", kv_events_config(events_port))
+    extra += tuple(extra_args)
     env = dict(env or {})
     if tp_size > 1:  # a Main-Decode accepts it only when told the handoff is unverified
         extra += ("--tp-size", str(tp_size), "--pdd-experimental-tp")

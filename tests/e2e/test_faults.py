@@ -10,9 +10,11 @@ output equals the co-located server's in each case. Every wait is on the router'
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
 import signal
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -151,3 +153,39 @@ def test_relay_decode_killed_before_the_handoff_main_decode_takes_the_request(
     pdd = result.body["meta_info"]["pdd"]
     assert pdd["pipeline"] == "P-MD" and relay.url in pdd["migrations"][0], pdd
     wait_router_settled(router.url)
+
+
+def test_a_parked_request_nobody_hands_off_or_releases_is_ended_after_the_ttl(
+    server_group, pdd_cluster
+):
+    """A relayed request parks on MD and its router never sends anything (no watch, handoff or
+    release): MD ends it after --pdd-parked-ttl-s, caching its KV, and returns to idle."""
+    from sglang_pdd.testbed.cluster import add_main_decode
+    from sglang_pdd.testbed.launcher import post_json
+
+    name = f"main-ttl-{next(_names)}"
+    site = add_main_decode(server_group, pdd_cluster, name,
+                           extra_args=("--pdd-parked-ttl-s", "3"))  # fmt: skip
+    try:
+        prefill = pdd_cluster.prefill
+        rng = random.Random(55)
+        common = {"input_ids": [rng.randrange(10, 250) for _ in range(300)],
+                  "sampling_params": {"temperature": 0.0, "max_new_tokens": 20},
+                  "bootstrap_host": prefill.host, "bootstrap_port": prefill.bootstrap_port,
+                  "bootstrap_room": rng.getrandbits(63)}  # fmt: skip
+        with ThreadPoolExecutor(2) as pool:
+            on_p = pool.submit(post_json, f"{prefill.url}/generate", {**common, "rid": "ttl.p"})
+            parked = {**common, "rid": f"ttl-{uuid.uuid4().hex[:6]}.pdd-relayed"}
+            on_md = pool.submit(post_json, f"{site.server.url}/generate", parked)
+            status, body = on_md.result(timeout=300)
+            on_p.result(timeout=300)
+        reason = body.get("meta_info", {}).get("finish_reason") or body
+        assert "abort" in json.dumps(reason), (status, body)  # ended, not decoded
+        assert "without a handoff or release: ending it" in site.server.log_text()
+        deadline = time.monotonic() + 120
+        while requests.post(f"{site.server.url}/flush_cache", timeout=30).status_code != 200:
+            assert time.monotonic() < deadline, "Main-Decode still holds the request"
+            time.sleep(0.2)
+    finally:
+        server_group.stop_named(name, f"wan-http-{name}", f"wan-control-{name}",
+                                f"wan-kv-events-{name}")  # fmt: skip
