@@ -10,7 +10,10 @@ Router -> Main-Decode:
                                          in the radix cache, and end the request
 Main-Decode -> router (to the peer that sent "watch"):
   {"event": "ready", "rid": R, "t": unix_time, "prompt_tokens": n, "received_tokens": n,
-   "cached_tokens": n, "kv_bytes": n}      R's KV has arrived; R is parked
+   "cached_tokens": n, "kv_bytes": n, "extended_tokens": n}
+                                         R's KV has arrived; R is parked (sent again for each
+                                         watch: extended_tokens says how many handed-off ids
+                                         MD has built KV for)
   {"event": "extended", "rid": R, "t": unix_time, "tokens": k, "final": bool}
                                          the handoff extend ran (final: R decodes on MD now)
   {"event": "deferred", "rid": R, "message": text}

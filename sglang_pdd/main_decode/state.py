@@ -56,6 +56,9 @@ class MainDecodeState:
             self.socket.setsockopt(zmq.LINGER, 0)
             # A peer sending more than this is disconnected by ZeroMQ before MD reads anything.
             self.socket.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_MESSAGE_BYTES)
+            # A router that redials (after a dropped connection) keeps its identity: its new
+            # connection takes the identity over from the old one, which may linger.
+            self.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
             self.socket.bind(f"tcp://{host}:{control_port}")
             logger.info("sglang-pdd: Main-Decode control socket on port %d", control_port)
         self.parked: dict[str, object] = {}  # rid -> Req with its prompt KV in place
@@ -177,6 +180,9 @@ class MainDecodeState:
             "prompt_tokens": prompt,
             "cached_tokens": cached,
             "received_tokens": prompt - cached,
+            # Handed-off ids whose KV is built (Catch-Up chunks): a router that lost an
+            # "extended" event in a reconnect learns it from the "ready" its new watch brings.
+            "extended_tokens": int(getattr(req, "_pdd_extended", 0) or 0),
         }
 
     def park_arrivals(self, scheduler) -> None:

@@ -121,6 +121,14 @@ def build_parser() -> argparse.ArgumentParser:
         "after (with the ids Relay-Decode streamed meanwhile; RLD serves until MD takes one)",
     )
     p.add_argument(
+        "--control-timeout-s",
+        type=float,
+        default=5.0,
+        help="a Main-Decode control connection silent this long (ZeroMQ heartbeats) is dropped "
+        "and redialed, the router watching its requests again; a control message that cannot "
+        "be sent this long fails (the request stays on Relay-Decode or migrates)",
+    )
+    p.add_argument(
         "--migration-limit",
         type=int,
         default=2,
@@ -200,6 +208,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         upstream_idle_timeout_s=args.upstream_idle_timeout_s,
         handoff_retry_s=args.handoff_retry_s,
         migration_limit=args.migration_limit,
+        control_timeout_s=args.control_timeout_s,
         api_key=args.api_key,
         instance_api_key=args.instance_api_key,
         main_transfer_start=args.main_transfer_start,

@@ -49,6 +49,10 @@ class RouterConfig:
     # A final handoff Main-Decode defers (no KV room now) is made again this long after, with
     # the ids Relay-Decode streamed meanwhile (RLD keeps serving until MD takes one).
     handoff_retry_s: float = 0.5
+    # Each Main-Decode control connection: one silent this long is dropped and redialed (the
+    # router then watches its requests again), and a message that cannot be sent this long
+    # fails (the request stays on Relay-Decode, or migrates).
+    control_timeout_s: float = 5.0
     # How many times one request may continue on other instances after the one serving it
     # failed or went silent (greedy requests only; router/migration.py). 0: never.
     migration_limit: int = 2
@@ -96,6 +100,7 @@ class RouterConfig:
             ("--upstream-connect-timeout-s", self.upstream_connect_timeout_s),
             ("--upstream-idle-timeout-s", self.upstream_idle_timeout_s),
             ("--handoff-retry-s", self.handoff_retry_s),
+            ("--control-timeout-s", self.control_timeout_s),
         ):
             if not value > 0:
                 raise ValueError(f"{flag} must be > 0 seconds, got {value}")

@@ -1,4 +1,14 @@
-"""``MainControlClient``: the router's end of a Main-Decode control socket."""
+"""``MainControlClient``: the router's end of a Main-Decode control socket.
+
+The connection is watched (``--control-timeout-s``): ZeroMQ heartbeats drop a connection whose
+peer stopped answering,
+and ZeroMQ reconnects by itself. Events Main-Decode sent while the connection was down are lost
+(its ROUTER drops what it cannot route), so on every reconnect the client sends ``watch`` again
+for each request it follows: MD answers with ``ready`` for those parked, including how many
+handed-off ids it has extended, from which the router re-derives what it missed. A send that
+cannot go out within ``send_timeout_ms`` raises ``UpstreamError`` (502, naming MD) instead of
+waiting for good.
+"""
 
 from __future__ import annotations
 
@@ -9,33 +19,74 @@ import uuid
 
 import zmq
 import zmq.asyncio
+from zmq.utils.monitor import recv_monitor_message
 
 from sglang_pdd.main_decode import protocol
+from sglang_pdd.router.upstream import UpstreamError
 
 logger = logging.getLogger("sglang_pdd.router")
+SEND_TIMEOUT_MS = 5000  # default: a connection silent this long is dropped; a send, failed
 
 
 class MainControlClient:
     """A ZeroMQ DEALER to one Main-Decode; routes its events to per-request queues."""
 
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, instance: str | None = None,
+                 send_timeout_ms: int = SEND_TIMEOUT_MS) -> None:  # fmt: skip
         self.endpoint = endpoint
+        self.send_timeout_ms = send_timeout_ms
+        self.instance = instance or endpoint  # named in errors (MD's HTTP URL)
         self._ctx = zmq.asyncio.Context.instance()
         self._socket = self._ctx.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
+        # Ping five times per timeout; a connection that answers none is dropped (and redialed).
+        self._socket.setsockopt(zmq.HEARTBEAT_IVL, max(send_timeout_ms // 5, 100))
+        self._socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, send_timeout_ms)
+        self._socket.setsockopt(zmq.SNDTIMEO, send_timeout_ms)
+        # Queue only to a live connection: with MD unreachable a send waits (then fails) rather
+        # than piling up messages that a reconnect would deliver late, out of their context.
+        self._socket.setsockopt(zmq.IMMEDIATE, 1)
+        self._monitor = self._socket.get_monitor_socket(zmq.EVENT_CONNECTED)
+        self._connections = 0  # connections made so far (the first is not a reconnect)
         # A fixed identity survives reconnects: Main-Decode keeps routing this router's events
         # to it, and only this router may act on the requests it watched.
         self._socket.setsockopt(zmq.ROUTING_ID, f"pdd-router-{uuid.uuid4().hex}".encode())
         self._socket.connect(endpoint)
         self._queues: dict[str, asyncio.Queue] = {}
         self._reader: asyncio.Task | None = None
+        self._rewatcher: asyncio.Task | None = None
         # Called with every event before it is queued (e.g. the transfer registry notes landings
         # even for requests whose own loop reads its queue later).
         self.listeners: list = []
 
     def start(self) -> None:
         if self._reader is None:
-            self._reader = asyncio.get_running_loop().create_task(self._read_events())
+            loop = asyncio.get_running_loop()
+            self._reader = loop.create_task(self._read_events())
+            self._rewatcher = loop.create_task(self._rewatch_on_reconnect())
+
+    async def _rewatch_on_reconnect(self) -> None:
+        while True:
+            await recv_monitor_message(self._monitor)
+            self._connections += 1
+            if self._connections == 1:
+                continue
+            rids = list(self._queues)
+            logger.warning("sglang-pdd router: control connection to %s re-established; "
+                           "watching %d requests again", self.endpoint, len(rids))  # fmt: skip
+            for rid in rids:
+                await self._send(protocol.watch(rid))
+
+    async def _send(self, payload: bytes) -> None:
+        try:
+            await self._socket.send(payload)
+        except zmq.Again as exc:
+            why = (
+                f"Main-Decode's control socket {self.endpoint} took nothing for "
+                f"{self.send_timeout_ms / 1000:g} s"
+            )
+            raise UpstreamError(502, {"error": {"message": why, "code": 502}},
+                                self.instance) from exc  # fmt: skip
 
     async def _read_events(self) -> None:
         while True:
@@ -58,23 +109,26 @@ class MainControlClient:
     async def watch(self, rid: str) -> asyncio.Queue:
         """Subscribe to ``rid``'s events; returns the queue they arrive on."""
         queue = self._queues.setdefault(rid, asyncio.Queue())
-        await self._socket.send(protocol.watch(rid))
+        await self._send(protocol.watch(rid))
         return queue
 
     async def handoff(self, rid: str, token_ids: list[int], final: bool = True) -> None:
         """Hand the tokens the client already has to Main-Decode (``final``: RLD stops)."""
-        await self._socket.send(protocol.handoff(rid, token_ids, final))
+        await self._send(protocol.handoff(rid, token_ids, final))
 
     async def release(self, rid: str) -> None:
         """``rid`` finished on Relay-Decode: MD keeps its KV (when it lands) and ends it."""
-        await self._socket.send(protocol.release(rid))
+        await self._send(protocol.release(rid))
 
     def forget(self, rid: str) -> None:
         self._queues.pop(rid, None)
 
     async def close(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+        for task in (self._reader, self._rewatcher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._socket.disable_monitor()
+        self._monitor.close()
         self._socket.close()

@@ -47,9 +47,10 @@ class MainSite:
     """One Main-Decode as the router sees it."""
 
     def __init__(self, endpoint: MainEndpoint, link: LinkModelConfig, block_tokens: int,
-                 capacity_blocks: int) -> None:  # fmt: skip
+                 capacity_blocks: int, control_timeout_s: float = 5.0) -> None:  # fmt: skip
         self.endpoint = endpoint
-        self.control = MainControlClient(endpoint.control)
+        self.control = MainControlClient(endpoint.control, endpoint.url,
+                                         int(control_timeout_s * 1000))  # fmt: skip
         self.transfers = MainTransfers(LiveLinkModel(link), block_tokens)
         self.subscriber: KvEventSubscriber | None = None
         if endpoint.kv_events:

@@ -291,7 +291,12 @@ class PddRequestRun:
             return
         logger.info("sglang-pdd router: %s finished on Relay-Decode before its KV left; sending "
                     "it to Main-Decode's cache now", self.rid)  # fmt: skip
-        await control.release(main_rid)
+        try:
+            await control.release(main_rid)
+        except UpstreamError as exc:
+            logger.warning("sglang-pdd router: %s: Main-Decode not warmed: %s", self.rid, exc)
+            control.forget(main_rid)
+            return
         session = self.router.session
         results = await self._report_late_transfer(events, main_rid, asyncio.gather(
             self._prefill(self.ids.prefill_for_main, room2),
@@ -386,6 +391,10 @@ class PddRequestRun:
                 elif value.get("event") == "ready":
                     state.main_ready()
                     self._note_ready(value)
+                    # A ready re-sent after a reconnect says how far MD extended: an
+                    # "extended" lost in the reconnect is re-derived from it.
+                    if state.chunk_in_flight and value.get("extended_tokens", 0) >= state.handed:
+                        state.chunk_extended()
                 elif value.get("event") == "extended":
                     if value.get("final"):
                         state.final_taken()
@@ -432,13 +441,15 @@ class PddRequestRun:
                 continue
             self.record.handoff_mode = state.mode
             self.record.handoff_chunks = state.chunks
-            if step.kind == CHUNK:
-                await control.handoff(main_rid, relay_ids[: step.upto], final=False)
-                continue
-            self.record.handoff_s = self._since()
-            self.record.handoff_tokens = step.upto
-            self._handed_off = True  # MD's stream answers within the idle limit from now on
-            await control.handoff(main_rid, relay_ids[: step.upto], final=True)
+            final = step.kind != CHUNK
+            if final:
+                self.record.handoff_s = self._since()
+                self.record.handoff_tokens = step.upto
+                self._handed_off = True  # MD's stream answers within the idle limit from now
+            try:
+                await control.handoff(main_rid, relay_ids[: step.upto], final=final)
+            except UpstreamError as exc:  # MD's control socket takes nothing: RLD goes on
+                self._stay_on_relay(state, str(exc.body["error"]["message"]))
         # MD took the final handoff. RLD's abort runs beside MD's takeover: MD's next token
         # must not wait for it.
         self.router.run_in_background(abort(session, self.relay_url, relay_rid))
@@ -475,8 +486,12 @@ class PddRequestRun:
         self.router.run_in_background(self._report_late_transfer(events, main_rid, main_q.task))
 
     async def _release_main(self, main_q, main_rid: str) -> None:
-        if main_q is not None:
+        if main_q is None:
+            return
+        try:
             await self.router.control_for(self.main).release(main_rid)
+        except UpstreamError as exc:  # MD ends it after --pdd-parked-ttl-s instead
+            logger.warning("sglang-pdd router: %s: release not sent: %s", self.rid, exc)
 
     def _note_ready(self, event: dict) -> None:
         if self.record.main_ready_s is None:

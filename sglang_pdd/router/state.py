@@ -39,7 +39,13 @@ class RouterState:
         self.handoff_policy = HandoffPolicy(config.handoff)
         link = LinkModelConfig(config.wan_bandwidth_mbps * 1e6 / 8, config.wan_rtt_ms / 1000)
         self.mains = {
-            m.url: MainSite(m, link, config.cache_block_tokens, config.cache_capacity_blocks)
+            m.url: MainSite(
+                m,
+                link,
+                config.cache_block_tokens,
+                config.cache_capacity_blocks,
+                config.control_timeout_s,
+            )
             for m in config.main
         }
         # What each prefill server holds: every prompt it prefilled, LRU (P keeps its radix cache).

@@ -247,7 +247,8 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
     """Start a(nother) router in front of ``cluster``; ``overrides`` replace config fields
     (``handoff_mode``, ``catchup_threshold``, ``catchup_chunk``, ``ttft_slo_s``,
     ``upstream_keepalive_s``, ``auto_relay_busy_fraction``, ``upstream_idle_timeout_s``,
-    ``seeded_sampling``, ``api_key``, ``handoff_retry_s``, ``migration_limit``), and
+    ``seeded_sampling``, ``api_key``, ``handoff_retry_s``, ``migration_limit``,
+    ``control_timeout_s``), and
     ``relay_url`` reaches Relay-Decode another way (e.g. through a slow proxy), ``mains`` replaces
     the Main-Decodes it routes to."""
     cfg = cluster.config
@@ -257,7 +258,10 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
             "main_transfer_start": "with-prefill",
             "incremental_streaming_output": cfg.incremental_streams,
             "upstream_idle_timeout_s": 600.0, "seeded_sampling": cfg.seeded_sampling,
-            "api_key": None, "handoff_retry_s": 0.5, "migration_limit": 2}  # fmt: skip
+            "api_key": None, "handoff_retry_s": 0.5, "migration_limit": 2,
+            # Tests stall control links on purpose (SIGSTOP on a proxy) for as long as they
+            # need: a short control timeout would turn that into a dropped connection.
+            "control_timeout_s": 600.0}  # fmt: skip
     if unknown := set(overrides) - set(opts):
         raise ValueError(f"start_router: unknown overrides {sorted(unknown)}; "
                          f"accepted: {', '.join(sorted(opts))}")  # fmt: skip
@@ -276,6 +280,7 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
         "--upstream-idle-timeout-s", str(opts["upstream_idle_timeout_s"]),
         "--handoff-retry-s", str(opts["handoff_retry_s"]),
         "--migration-limit", str(opts["migration_limit"]),
+        "--control-timeout-s", str(opts["control_timeout_s"]),
         *(("--incremental-streaming-output",) if opts["incremental_streaming_output"] else ()),
         *(("--seeded-sampling",) if opts["seeded_sampling"] else ()),
         *(("--api-key", opts["api_key"]) if opts["api_key"] else ()),

@@ -126,18 +126,23 @@ def test_control_messages_read_on_rank_0_leave_every_rank_in_the_same_state():
     rank1 = MainDecodeState(None, vocab_size=100)
     owner, intruder = _peer(port, b"router-a"), _peer(port, b"router-b")
     try:
+        items = []
+
+        def read(count):  # what rank 0 reads, until ``count`` items in all
+            deadline = time.monotonic() + 30
+            while len(items) < count and time.monotonic() < deadline:
+                rank0.wait_for_control(1000)
+                if (batch := rank0.read_control()) is not None:
+                    items.extend(batch.items)
+            assert len(items) == count, items
+
         owner.send(protocol.watch("r.pdd-relayed"))
         owner.send(protocol.handoff("r.pdd-relayed", [1, 2, 3], final=True))
         owner.send(protocol.watch("s.pdd-relayed"))
-        intruder.send(protocol.release("r.pdd-relayed"))  # refused by ownership, on rank 0
+        read(3)  # two peers' messages have no order between them: the owner's come first
         intruder.send(b"not json")  # malformed: dropped on rank 0, never broadcast
-        batch, deadline = None, time.monotonic() + 30
-        items = []
-        while len(items) < 4 and time.monotonic() < deadline:
-            rank0.wait_for_control(1000)
-            if (batch := rank0.read_control()) is not None:
-                items += batch.items
-        assert len(items) == 4, items
+        intruder.send(protocol.release("r.pdd-relayed"))  # refused by ownership, on rank 0
+        read(4)
         from sglang_pdd.main_decode.state import ControlMessages
 
         batch = ControlMessages(tuple(items))

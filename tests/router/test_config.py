@@ -37,6 +37,7 @@ def test_flags_map_onto_the_config():
         (["--upstream-idle-timeout-s", "-5"], "--upstream-idle-timeout-s"),
         (["--handoff-retry-s", "0"], "--handoff-retry-s"),
         (["--migration-limit", "-1"], "--migration-limit"),
+        (["--control-timeout-s", "0"], "--control-timeout-s"),
         (["--port", "70000"], "--port"),
         (["--wan-bandwidth-mbps", "0"], "--wan-bandwidth-mbps"),
         (["--main", "http://127.0.0.2:5"], "--main-control"),  # one control socket too few
