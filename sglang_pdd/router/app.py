@@ -8,6 +8,7 @@ import logging
 from aiohttp import web
 
 from sglang_pdd.router.auth import api_key_middleware
+from sglang_pdd.router.drain import drain, undrain
 from sglang_pdd.router.fanout import expand_generate, merged_events
 from sglang_pdd.router.openai_app import serve_openai
 from sglang_pdd.router.record import TokenDelta
@@ -193,6 +194,7 @@ async def server_info(request):
         "background_requests": len(state.background),
         "relay_loads": dict(state.relay_loads),
         "out_of_rotation": sorted(state.health.out_of_rotation()),
+        "draining": sorted(state.health.draining),
         "prefill_estimate_s": state.prefill_estimate_s,
         "mains": {url: site.describe() for url, site in state.mains.items()}}})  # fmt: skip
 
@@ -233,6 +235,8 @@ def build_app(state: RouterState) -> web.Application:
     app.router.add_get("/server_info", server_info)  # SGLang's newer name
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/pdd/requests", live_requests)
+    app.router.add_post("/pdd/drain", drain)
+    app.router.add_post("/pdd/undrain", undrain)
 
     async def on_startup(app):
         await state.start()

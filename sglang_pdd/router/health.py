@@ -1,9 +1,10 @@
-"""``InstanceHealth``: instances out of rotation after failing a request, until they recover.
+"""``InstanceHealth``: instances out of rotation, after failing a request or while draining.
 
 An instance that failed or went silent while serving a request (the request then migrated, or
 ended with its error) is taken out of rotation: new requests are planned without it, as long as
 that leaves a prefill and a decoding instance. A probe asks each such instance's ``/health``
-every ``interval_s`` and puts it back once it answers 200.
+every ``interval_s`` and puts it back once it answers 200. A draining instance (``POST
+/pdd/drain``) stays out until the operator puts it back (``POST /pdd/undrain``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class InstanceHealth:
 
     def __init__(self) -> None:
         self.down: dict[str, float] = {}  # URL -> when it was taken out (monotonic)
+        self.draining: set[str] = set()  # taken out by the operator
 
     def mark_down(self, url: str) -> None:
         if url not in self.down:
@@ -33,7 +35,7 @@ class InstanceHealth:
             logger.info("sglang-pdd router: %s back in rotation (/health answers)", url)
 
     def out_of_rotation(self) -> frozenset[str]:
-        return frozenset(self.down)
+        return frozenset(self.down) | frozenset(self.draining)
 
     async def probe(self, session: aiohttp.ClientSession, interval_s: float = 1.0) -> None:
         """Forever: probe each instance out of rotation; put back those that answer."""

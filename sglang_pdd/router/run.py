@@ -7,6 +7,7 @@ import json
 import logging
 import uuid
 
+from sglang_pdd.router.drain import draining_error
 from sglang_pdd.router.migration import continuation, migration_refused
 from sglang_pdd.router.pdd_request import PddRequestRun
 from sglang_pdd.router.record import Finished, TokenDelta
@@ -40,6 +41,7 @@ class ClientRun:
         self.emitted: list[int] = []  # output ids the client has been sent
         self.migrations: list[str] = []  # why each earlier run of this request was left
         self.failed: set[str] = set()  # instances that failed this request
+        state.clients[self.rid] = self
         self.text = StreamingText(state.tokenizer, bool(sampling.get("no_stop_trim")),
                                   bool(sampling.get("skip_special_tokens", True)))  # fmt: skip
         self.finished: Finished | None = None
@@ -80,6 +82,7 @@ class ClientRun:
             completed = True
         finally:
             self.state.live.pop(self.rid, None)
+            self.state.clients.pop(self.rid, None)
             # The clean-up runs as its own task: a client that leaves cancels this handler
             # (perhaps more than once), and the aborts must still reach every instance.
             await asyncio.shield(self.state.run_in_background(self._clean_up(completed)))
@@ -95,7 +98,7 @@ class ClientRun:
                     yield event
                 return
             except UpstreamError as exc:
-                if exc.instance is not None:
+                if exc.instance is not None and exc.instance not in self.state.health.draining:
                     self.state.health.mark_down(exc.instance)
                 why = migration_refused(exc, self.body, self.emitted, len(self.migrations),
                                         self.state.config.migration_limit)  # fmt: skip
@@ -106,10 +109,22 @@ class ClientRun:
                     raise
                 await self._migrate(exc)
 
+    def evict(self, url: str) -> bool | None:
+        """``url`` is draining: move this request off it (True), or, when it cannot migrate,
+        let it finish there (False); None when it does not use ``url``."""
+        error = draining_error(url)
+        why = migration_refused(error, self.body, self.emitted, len(self.migrations),
+                                self.state.config.migration_limit)  # fmt: skip
+        if why is not None:
+            return False if url in self.run.sub_rids() else None
+        return True if self.run.evict(error) else None
+
     async def _migrate(self, exc: UpstreamError) -> None:
         old = self.run
         self.failed.add(exc.instance)
-        reason = f"{exc.instance} failed after {len(self.emitted)} ids: {exc.status}"
+        error = exc.body.get("error") if isinstance(exc.body, dict) else exc.body
+        message = str(error.get("message", "") if isinstance(error, dict) else error)[:200]
+        reason = f"{exc.instance} failed after {len(self.emitted)} ids: {exc.status} {message}"
         body = continuation(self.body, self.emitted)
         left = body["sampling_params"]["max_new_tokens"]
         try:

@@ -72,6 +72,7 @@ class RouterState:
         self._health_probe: asyncio.Task | None = None
         self.background: set = set()  # sub-requests outliving their client request
         self.live: dict = {}  # rid -> PddRecord of every request in flight (GET /pdd/requests)
+        self.clients: dict = {}  # rid -> ClientRun of every request in flight (drain moves them)
         self.incremental_streams: dict[str, bool] = {}
         self._rr = {role: itertools.count() for role in ("prefill", "relay", "main")}
 

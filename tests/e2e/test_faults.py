@@ -189,3 +189,39 @@ def test_a_parked_request_nobody_hands_off_or_releases_is_ended_after_the_ttl(
     finally:
         server_group.stop_named(name, f"wan-http-{name}", f"wan-control-{name}",
                                 f"wan-kv-events-{name}")  # fmt: skip
+
+
+def test_draining_main_decode_moves_its_streams_and_takes_no_new_work(doomed_main, colocated):
+    """POST /pdd/drain on a Main-Decode mid-stream: the request continues elsewhere from the ids
+    the client has (no token lost), MD is left idle, new requests avoid it until undrained."""
+    site, router = doomed_main
+    md = site.http_via_wan
+    bad = requests.post(f"{router.url}/pdd/drain", json={"url": "http://nowhere:1"}, timeout=30)
+    assert bad.status_code == 400 and "one of the router's instances" in bad.text
+    body = _greedy(random.Random(56), 400, 1500)
+    expected = _reference(colocated, body)
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(generate, router.url, body, True)
+        _wait(router.url, body["rid"], future, lambda r: r["main_tokens"] >= 20,
+              "Main-Decode's first tokens")  # fmt: skip
+        drained = requests.post(f"{router.url}/pdd/drain", json={"url": md}, timeout=30).json()
+        result = future.result(timeout=600)
+    assert drained == {"draining": md, "moved": 1, "finishing": 0}, drained
+    assert result.status == 200 and result.output_ids == expected
+    pdd = result.body["meta_info"]["pdd"]
+    assert len(pdd["migrations"]) == 1 and "draining" in pdd["migrations"][0], pdd
+    deadline = time.monotonic() + 120
+    while requests.post(f"{site.server.url}/flush_cache", timeout=30).status_code != 200:
+        assert time.monotonic() < deadline, "the drained Main-Decode still holds the request"
+        time.sleep(0.2)
+    body = _greedy(random.Random(57), 300, 40)
+    after = generate(router.url, body)
+    assert after.status == 200 and after.output_ids == _reference(colocated, body)
+    assert after.body["meta_info"]["pdd"]["pipeline"] == "P-RLD"  # MD is out of rotation
+    back = requests.post(f"{router.url}/pdd/undrain", json={"url": md}, timeout=30).json()
+    assert back == {"draining": []}
+    body = _greedy(random.Random(58), 300, 40)
+    again = generate(router.url, body)
+    assert again.status == 200 and again.output_ids == _reference(colocated, body)
+    assert again.body["meta_info"]["pdd"]["pipeline"] == "P-RLD-MD"
+    wait_router_settled(router.url)
