@@ -72,8 +72,8 @@ def held_links(server_group, pdd_cluster):
     """A gate to the cluster's RLD and a stallable link (across the emulated WAN) to MD's
     control socket, for routers whose handoff points the tests choose: see ``held_links.py``."""
     from sglang_pdd.testbed.cluster import start_link_proxy
-    from tests.e2e.held_links import HeldLinks
-    from tests.e2e.relay_gate import RelayGate
+    from sglang_pdd.testbed.held_links import HeldLinks
+    from sglang_pdd.testbed.relay_gate import RelayGate
 
     control_port = pdd_cluster.mains[0].control_port
     control = start_link_proxy(server_group, "held-control", control_port, pdd_cluster.config.wan)
@@ -134,8 +134,8 @@ def small_relay(server_group, tiny_model, pdd_cluster):
 @pytest.fixture(scope="module")
 def small_relay_links(small_relay, held_links):
     """A gate to the small relay, and (shared) the stallable link to MD's control socket."""
-    from tests.e2e.held_links import HeldLinks
-    from tests.e2e.relay_gate import RelayGate
+    from sglang_pdd.testbed.held_links import HeldLinks
+    from sglang_pdd.testbed.relay_gate import RelayGate
 
     links = HeldLinks(RelayGate(small_relay.url), held_links.control)
     yield links

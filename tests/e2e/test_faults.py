@@ -22,7 +22,7 @@ import pytest
 import requests
 
 from sglang_pdd.testbed.client import generate, wait_router_settled
-from tests.e2e.held_links import _wait
+from sglang_pdd.testbed.held_links import wait_for_record
 
 pytestmark = pytest.mark.servers
 _names = itertools.count()
@@ -63,7 +63,7 @@ def test_main_decode_killed_after_the_handoff_the_request_continues(doomed_main,
     expected = _reference(colocated, body)
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(generate, router.url, body, True)
-        _wait(router.url, body["rid"], future, lambda r: r["main_tokens"] >= 20,
+        wait_for_record(router.url, body["rid"], future, lambda r: r["main_tokens"] >= 20,
               "Main-Decode's first tokens")  # fmt: skip
         _kill(site.server)
         result = future.result(timeout=600)
@@ -94,7 +94,7 @@ def test_main_decode_killed_while_the_request_is_parked_relay_decode_finishes_it
     try:
         with ThreadPoolExecutor(1) as pool:
             future = pool.submit(generate, router.url, body, False)
-            _wait(router.url, body["rid"], future, lambda r: r["relay_tokens"] >= 20,
+            wait_for_record(router.url, body["rid"], future, lambda r: r["relay_tokens"] >= 20,
                   "Relay-Decode's first tokens")  # fmt: skip
             _kill(site.server)
             control.resume()
@@ -141,7 +141,7 @@ def test_relay_decode_killed_before_the_handoff_main_decode_takes_the_request(
     try:
         with ThreadPoolExecutor(1) as pool:
             future = pool.submit(generate, router.url, body, True)
-            _wait(router.url, body["rid"], future, lambda r: r["relay_tokens"] >= 20,
+            wait_for_record(router.url, body["rid"], future, lambda r: r["relay_tokens"] >= 20,
                   "Relay-Decode's first tokens")  # fmt: skip
             _kill(relay)
             control.resume()
@@ -202,7 +202,7 @@ def test_draining_main_decode_moves_its_streams_and_takes_no_new_work(doomed_mai
     expected = _reference(colocated, body)
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(generate, router.url, body, True)
-        _wait(router.url, body["rid"], future, lambda r: r["main_tokens"] >= 20,
+        wait_for_record(router.url, body["rid"], future, lambda r: r["main_tokens"] >= 20,
               "Main-Decode's first tokens")  # fmt: skip
         drained = requests.post(f"{router.url}/pdd/drain", json={"url": md}, timeout=30).json()
         result = future.result(timeout=600)

@@ -7,7 +7,7 @@ import pytest
 import requests
 
 from sglang_pdd.testbed.client import generate, iter_sse
-from tests.e2e.held_links import generate_on_relay, generate_with_handoff_at
+from sglang_pdd.testbed.held_links import generate_on_relay, generate_with_handoff_at
 from tests.e2e.prompts import varied_prompts
 
 pytestmark = pytest.mark.servers

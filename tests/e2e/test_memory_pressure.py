@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from sglang_pdd.testbed.client import generate, wait_router_settled
-from tests.e2e.held_links import _wait
+from sglang_pdd.testbed.held_links import wait_for_record
 from tests.e2e.prompts import varied_prompts
 from tests.e2e.test_pdd_cluster import _loads, _wait_idle
 
@@ -87,7 +87,7 @@ def test_a_final_handoff_without_room_is_deferred_while_relay_decode_serves(
             futures = [pool.submit(generate, router.url, b, i % 2 == 1)
                        for i, b in enumerate(bodies)]  # fmt: skip
             for body, future in zip(bodies, futures, strict=True):
-                _wait(router.url, body["rid"], future, lambda r: r["relay_tokens"] >= 900,
+                wait_for_record(router.url, body["rid"], future, lambda r: r["relay_tokens"] >= 900,
                       "900 ids from Relay-Decode")  # fmt: skip
             control.resume()
             results = [f.result(timeout=600) for f in futures]

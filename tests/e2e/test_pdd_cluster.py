@@ -20,7 +20,7 @@ from sglang_pdd.testbed.client import (
     wait_all_in_rotation,
     wait_router_settled,
 )
-from tests.e2e.held_links import generate_on_relay, generate_with_handoff_at, live_record
+from sglang_pdd.testbed.held_links import generate_on_relay, generate_with_handoff_at, live_record
 from tests.e2e.prompts import make_prompt, varied_prompts
 
 pytestmark = pytest.mark.servers

@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from sglang_pdd.testbed.client import generate, pd_generate
-from tests.e2e.held_links import generate_with_handoff_at
+from sglang_pdd.testbed.held_links import generate_with_handoff_at
 from tests.e2e.prompts import make_prompt
 
 pytestmark = pytest.mark.servers

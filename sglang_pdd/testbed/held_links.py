@@ -1,4 +1,4 @@
-"""Handoff points chosen by the test, not by the machine's speed.
+"""Handoff points chosen by the caller (a test or a benchmark), not by the machine's speed.
 
 A router in these tests reaches Relay-Decode through a ``RelayGate`` (which can hold RLD's
 stream after a chosen number of ids) and Main-Decode's control socket through a link proxy the
@@ -21,7 +21,7 @@ import requests
 
 from sglang_pdd.testbed.client import GenerateResult, generate
 from sglang_pdd.testbed.launcher import ServerProcess
-from tests.e2e.relay_gate import RelayGate
+from sglang_pdd.testbed.relay_gate import RelayGate
 
 HANG_S = 300  # a request stuck this long is a hang, not a slow machine
 
@@ -47,7 +47,10 @@ class EndedEarly(AssertionError):
     """The request ended before the state a test waited for."""
 
 
-def _wait(router_url: str, rid: str, future: Future, done: Callable[[dict], bool], what: str):
+def wait_for_record(router_url: str, rid: str, future: Future, done: Callable[[dict], bool],
+                    what: str) -> dict:  # fmt: skip
+    """Wait until the router's live record of ``rid`` satisfies ``done``; ``future`` is the
+    request in flight (EndedEarly if it ends first)."""
     deadline = time.monotonic() + HANG_S
     while time.monotonic() < deadline:
         record = live_record(router_url, rid)
@@ -96,13 +99,13 @@ def generate_with_handoff_at(router_url: str, links: HeldLinks, body: dict, *, s
                 while_held(rid)
             links.control.resume()
             if relay_more:
-                _wait(router_url, rid, future, lambda r: r["handoff_chunks"] >= 1,
+                wait_for_record(router_url, rid, future, lambda r: r["handoff_chunks"] >= 1,
                       "the first Catch-Up chunk")  # fmt: skip
                 # RLD streams on (up to a new hold, so that it never finishes first) while
                 # MD catches up.
                 links.relay.advance(held + relay_more)
             try:
-                _wait(router_url, rid, future, lambda r: r["main_tokens"] > 0,
+                wait_for_record(router_url, rid, future, lambda r: r["main_tokens"] > 0,
                       "Main-Decode's first token")  # fmt: skip
             except EndedEarly:
                 if not may_end_on_relay:

@@ -1,0 +1,333 @@
+"""The handoff's cost, measured: the stall a client sees and the bytes it moves (issue 10).
+
+On a local P/RLD/MD cluster (CPU, generated model, emulated WAN) each case hands a request to MD
+after exactly ``N`` ids of RLD (a gate holds RLD's stream at ``N``; MD's control link is stalled
+until then, ``sglang_pdd/testbed/held_links.py``). For each handed-off length and context
+length, One-Shot and Catch-Up, with MD idle and with MD decoding a batch of other requests, it
+prints the stall the router saw (RLD's last token to MD's first: mean, P99, max/mean) beside
+what the alternative would cost: sending those ids' KV over the same emulated link (measured:
+the bytes really go through a ``wan-link`` proxy), and the bytes each way. It writes a plot of
+stall against handed-off length.
+
+``--extend-only`` measures the extend forward alone in PyTorch (no SGLang): the layers of a named
+model shape, N new tokens attending to a context, on ``--device`` (``cuda`` on a GPU machine),
+beside the time to copy the same KV over links of given speeds.
+
+    bash scripts/with-env.sh python benchmark/handoff.py
+    bash scripts/with-env.sh python benchmark/handoff.py --handed 1,100,1000 --contexts 1000,6000
+    python benchmark/handoff.py --extend-only --model llama-3-8b --device cuda
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from extend_cost import extend_table  # benchmark/extend_cost.py (the script's folder)
+
+
+@dataclass
+class Case:
+    mode: str
+    load: str
+    context: int
+    handed: int
+    stalls_s: list
+    handed_actual: list
+    handoff_bytes: int
+    kv_bytes: int
+    kv_send_s: float
+
+    def row(self) -> str:
+        mean = statistics.fmean(self.stalls_s) if self.stalls_s else float("nan")
+        p99 = _pct(self.stalls_s, 0.99)
+        worst = max(self.stalls_s) / mean if self.stalls_s and mean > 0 else float("nan")
+        return (
+            f"{self.mode:9} {self.load:5} {self.context:7} {self.handed:6} "
+            f"{len(self.stalls_s):3} {mean * 1e3:9.1f} {p99 * 1e3:8.1f} {worst:7.2f} "
+            f"{self.kv_send_s * 1e3:10.1f} {self.handoff_bytes:9} {self.kv_bytes:10}"
+        )
+
+
+HEADER = (
+    f"{'mode':9} {'MD':5} {'context':>7} {'handed':>6} {'n':>3} {'stall ms':>9} "
+    f"{'p99 ms':>8} {'max/mn':>7} {'KV-send ms':>10} {'ids B':>9} {'KV B':>10}"
+)
+
+
+def _pct(values: list, q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--handed",
+        type=_ints,
+        default=[1, 30, 300, 1000],
+        help="handed-off lengths (ids RLD made before the handoff)",
+    )
+    parser.add_argument(
+        "--contexts",
+        type=_ints,
+        default=[1000, 6000],
+        help="prompt lengths (up to the model's limit less the output)",
+    )
+    parser.add_argument("--modes", default="one-shot,catch-up")
+    parser.add_argument(
+        "--loads",
+        default="idle,busy",
+        help="idle: MD runs nothing else; busy: MD decodes --busy requests",
+    )
+    parser.add_argument("--busy", type=int, default=8, help="requests MD decodes when busy")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--bandwidth-mbps", type=float, default=8.0)
+    parser.add_argument("--delay-ms", type=float, default=100.0, help="one-way WAN delay")
+    parser.add_argument("--out", default="out", help="folder for handoff.json and the plot")
+    parser.add_argument(
+        "--extend-only",
+        action="store_true",
+        help="PyTorch extend forward only (see --model, --device)",
+    )
+    parser.add_argument("--model", default="llama-3-8b", help="--extend-only: model shape")
+    parser.add_argument("--device", default="cpu", help="--extend-only: cpu or cuda")
+    parser.add_argument(
+        "--link-gbps",
+        type=lambda t: [float(x) for x in t.split(",")],
+        default=[10.0, 100.0],
+        help="--extend-only: KV copy link speeds",
+    )
+    args = parser.parse_args(argv)
+    if args.extend_only:
+        print(extend_table(args.model, args.device, args.handed, args.contexts, args.link_gbps))
+        return 0
+    for flag, values, allowed in (("--modes", args.modes, ("one-shot", "catch-up")),
+                                  ("--loads", args.loads, ("idle", "busy"))):  # fmt: skip
+        bad = [v for v in values.split(",") if v not in allowed]
+        if bad:
+            parser.error(f"{flag}: {bad} not in {list(allowed)}")
+    if args.repeats < 1 or args.busy < 0 or not args.handed or not args.contexts:
+        parser.error("--repeats >= 1, --busy >= 0, and at least one --handed and --contexts")
+    cases = run_cluster(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "handoff.json").write_text(json.dumps([asdict(c) for c in cases], indent=1))
+    print(f"wrote {out / 'handoff.json'}")
+    plot(cases, out / "handoff_stall.png")
+    print(f"wrote {out / 'handoff_stall.png'}")
+    return 0
+
+
+def run_cluster(args) -> list[Case]:
+    from sglang_pdd.testbed.cluster import (
+        PddClusterConfig,
+        start_cluster,
+        start_link_proxy,
+        start_router,
+    )
+    from sglang_pdd.testbed.launcher import ServerGroup
+    from sglang_pdd.testbed.relay_gate import RelayGate
+    from sglang_pdd.testbed.tiny_model import TinyModelConfig, write_tiny_model
+    from sglang_pdd.transfer.wan_link import WanLinkConfig
+
+    model_cfg = TinyModelConfig(seed=0)
+    longest = max(args.contexts) + max(args.handed) + 64
+    if longest > model_cfg.max_positions:
+        raise SystemExit(
+            f"context {max(args.contexts)} + handed {max(args.handed)} exceeds the "
+            f"model's {model_cfg.max_positions} positions"
+        )
+    tmp = Path(tempfile.mkdtemp(prefix="sglang-pdd-handoff-"))
+    model = write_tiny_model(tmp / "model", model_cfg)
+    link = WanLinkConfig(bandwidth_mbps=args.bandwidth_mbps, one_way_delay_ms=args.delay_ms)
+    kv_per_token = model_cfg.kv_bytes_per_token(dtype_bytes=4)  # the cluster runs float32
+    with ServerGroup(log_dir=tmp / "logs") as group:
+        print(f"starting the cluster (logs: {tmp / 'logs'}) ...", flush=True)
+        cluster = start_cluster(group, PddClusterConfig(
+            model_path=str(model), dtype="float32", wan=link, ttft_slo_s=0.0,
+            max_total_tokens=65536))  # fmt: skip
+        control = start_link_proxy(group, "held-control", cluster.mains[0].control_port, link)
+        gate = RelayGate(cluster.relay.url)
+        site = replace(cluster.mains[0], control_via_wan=control.url.replace("http", "tcp"))
+        routers = {mode: start_router(group, cluster, name=f"router-{mode}", mains=[site],
+                                      relay_url=gate.url, handoff_mode=mode,
+                                      catchup_threshold=4, catchup_chunk=64).url
+                   for mode in args.modes.split(",")}  # fmt: skip
+        busy_router = start_router(group, cluster, name="router-busy", ttft_slo_s=1e9).url
+        kv_send = KvSender(group, link)
+        cases = []
+        for load in args.loads.split(","):
+            with MainDecodeLoad(busy_router, args.busy if load == "busy" else 0):
+                for context in args.contexts:
+                    for handed in args.handed:
+                        for mode, router in routers.items():
+                            case = measure(router, gate, control, mode, load, context, handed,
+                                           args.repeats, kv_per_token, kv_send)  # fmt: skip
+                            print(case.row(), flush=True)
+                            cases.append(case)
+        print("\n" + HEADER + "\n" + "-" * len(HEADER))
+        for case in cases:
+            print(case.row())
+        return cases
+
+
+def measure(router, gate, control, mode, load, context, handed, repeats, kv_per_token,
+            kv_send) -> Case:  # fmt: skip
+    from sglang_pdd.main_decode import protocol
+    from sglang_pdd.testbed.client import generate
+    from sglang_pdd.testbed.held_links import EndedEarly, wait_for_record
+
+    rng = random.Random(context * 7919 + handed)
+    stalls, actual = [], []
+    for _ in range(repeats):
+        rid = f"handoff-{rng.getrandbits(48):x}"
+        body = {"rid": rid, "input_ids": [rng.randrange(10, 250) for _ in range(context)],
+                "sampling_params": {"temperature": 0.0, "ignore_eos": True,
+                                    "max_new_tokens": handed + 64}}  # fmt: skip
+        control.pause()
+        gate.arm(handed)
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                future = pool.submit(generate, router, body, True)
+                while not gate.holding.wait(0.05):
+                    if future.done():
+                        raise EndedEarly(f"ended before {handed} ids: {future.result().body}")
+                control.resume()
+                if mode == "catch-up":  # RLD streams on while MD catches up, as in service
+                    wait_for_record(router, rid, future, lambda r: r["handoff_chunks"] >= 1
+                                    or r["main_tokens"] > 0, "the first handoff step")  # fmt: skip
+                    gate.release()
+                record = future.result(timeout=600).body["meta_info"]["pdd"]
+        finally:
+            gate.release()
+            control.resume()
+        if record["handoff_stall_s"] is not None:
+            stalls.append(record["handoff_stall_s"])
+            actual.append(record["handoff_tokens"])
+    ids = list(range(handed))
+    kv_bytes = handed * kv_per_token
+    return Case(mode, load, context, handed, stalls, actual,
+                len(protocol.handoff("r" * 40, ids, True)), kv_bytes,
+                kv_send.seconds(kv_bytes))  # fmt: skip
+
+
+class MainDecodeLoad:
+    """``count`` long P-MD requests decoding on MD for the duration of a ``with`` block."""
+
+    def __init__(self, router: str, count: int) -> None:
+        self.router, self.count = router, count
+        self._threads: list[threading.Thread] = []
+        self._rids: list[str] = []
+
+    def __enter__(self):
+        import requests
+
+        for i in range(self.count):
+            rid = f"busy-{i}-{time.monotonic_ns()}"
+            self._rids.append(rid)
+            body = {"rid": rid, "input_ids": [10 + (i + j) % 200 for j in range(300)],
+                    "sampling_params": {"temperature": 0.0, "ignore_eos": True,
+                                        "max_new_tokens": 7000}}  # fmt: skip
+            thread = threading.Thread(target=lambda b=body: requests.post(
+                f"{self.router}/generate", json=b, timeout=3600), daemon=True)  # fmt: skip
+            thread.start()
+            self._threads.append(thread)
+        if self.count:
+            _wait_running(self.router, self._rids)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for thread in self._threads:  # closing their connections aborts them everywhere
+            thread.join(timeout=0)
+
+
+def _wait_running(router: str, rids: list[str]) -> None:
+    import requests
+
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        live = requests.get(f"{router}/pdd/requests", timeout=30).json()
+        if all((live.get(rid) or {}).get("main_tokens", 0) > 0 for rid in rids):
+            return
+        time.sleep(0.2)
+    raise RuntimeError("the busy requests never started decoding on Main-Decode")
+
+
+class KvSender:
+    """Times sending N bytes through a ``wan-link`` proxy like MD's (a TCP sink behind it)."""
+
+    def __init__(self, group, link) -> None:
+        import socket
+
+        from sglang_pdd.testbed.cluster import start_link_proxy
+
+        self._sink = socket.create_server(("127.0.0.1", 0))
+        port = self._sink.getsockname()[1]
+        self._received: dict[int, threading.Event] = {}
+        threading.Thread(target=self._serve, daemon=True).start()
+        self.proxy = start_link_proxy(group, "kv-link", port, link)
+
+    def _serve(self) -> None:
+        while True:
+            conn, _ = self._sink.accept()
+            with conn:
+                header = conn.recv(8)
+                want, got = int.from_bytes(header, "big"), 0
+                while got < want and (chunk := conn.recv(1 << 16)):
+                    got += len(chunk)
+                conn.sendall(b"k")
+
+    def seconds(self, nbytes: int) -> float:
+        import socket
+
+        with socket.create_connection((self.proxy.host, self.proxy.port)) as conn:
+            start = time.monotonic()
+            conn.sendall(nbytes.to_bytes(8, "big") + bytes(nbytes))
+            conn.recv(1)  # the sink has it all (the ack pays one more one-way delay)
+            return time.monotonic() - start
+
+
+def plot(cases: list[Case], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    series = sorted({(c.mode, c.load, c.context) for c in cases})
+    for mode, load, context in series:
+        points = sorted(
+            (c.handed, statistics.fmean(c.stalls_s) * 1e3)
+            for c in cases
+            if (c.mode, c.load, c.context) == (mode, load, context) and c.stalls_s
+        )
+        if points:
+            ax.plot(*zip(*points, strict=True), marker="o",
+                    label=f"{mode}, MD {load}, ctx {context}")  # fmt: skip
+    kv = sorted({(c.handed, c.kv_send_s * 1e3) for c in cases})
+    ax.plot(*zip(*kv, strict=True), "k--", label="send the KV instead")
+    ax.set(xscale="log", xlabel="handed-off ids", ylabel="stall at the router (ms)",
+           title="Handoff stall vs handed-off length")  # fmt: skip
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
