@@ -46,7 +46,8 @@ class MainControlClient:
         # Queue only to a live connection: with MD unreachable a send waits (then fails) rather
         # than piling up messages that a reconnect would deliver late, out of their context.
         self._socket.setsockopt(zmq.IMMEDIATE, 1)
-        self._monitor = self._socket.get_monitor_socket(zmq.EVENT_CONNECTED)
+        # A completed handshake, not a TCP connect: a proxy in front of a dead MD accepts TCP.
+        self._monitor = self._socket.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
         self._connections = 0  # connections made so far (the first is not a reconnect)
         # A fixed identity survives reconnects: Main-Decode keeps routing this router's events
         # to it, and only this router may act on the requests it watched.
@@ -116,9 +117,17 @@ class MainControlClient:
         """Hand the tokens the client already has to Main-Decode (``final``: RLD stops)."""
         await self._send(protocol.handoff(rid, token_ids, final))
 
-    async def release(self, rid: str) -> None:
-        """``rid`` finished on Relay-Decode: MD keeps its KV (when it lands) and ends it."""
-        await self._send(protocol.release(rid))
+    def release_nowait(self, rid: str) -> bool:
+        """``rid`` finished on Relay-Decode: MD keeps its KV (when it lands) and ends it. Never
+        waits: with no live connection to MD it is dropped (False), and MD ends the request
+        after --pdd-parked-ttl-s instead."""
+        # An async socket answers a NOBLOCK send with a future that is already done.
+        sent = self._socket.send(protocol.release(rid), flags=zmq.NOBLOCK)
+        if sent.done() and isinstance(sent.exception(), zmq.Again):
+            logger.warning("sglang-pdd router: release of %s not sent: no live control "
+                           "connection to %s", rid, self.endpoint)  # fmt: skip
+            return False
+        return True
 
     def forget(self, rid: str) -> None:
         self._queues.pop(rid, None)

@@ -73,10 +73,7 @@ class RelayedPipeline:
             return
         logger.info("sglang-pdd router: %s finished on Relay-Decode before its KV left; sending "
                     "it to Main-Decode's cache now", self.rid)  # fmt: skip
-        try:
-            await control.release(main_rid)
-        except UpstreamError as exc:
-            logger.warning("sglang-pdd router: %s: Main-Decode not warmed: %s", self.rid, exc)
+        if not control.release_nowait(main_rid):
             control.forget(main_rid)
             return
         session = self.router.session
@@ -262,14 +259,18 @@ class RelayedPipeline:
         self._detach(prefill2, main_q.task)
         self._released = True
         self.router.run_in_background(self._report_late_transfer(events, main_rid, main_q.task))
+        self.router.run_in_background(self._abort_prefill_if_main_failed(main_q))
+
+    async def _abort_prefill_if_main_failed(self, main_q: asyncio.Queue) -> None:
+        """When MD's stream for this request failed (MD died), P's send to MD can never
+        complete: abort it on P rather than leave it waiting for SGLang's transfer timeout."""
+        await asyncio.shield(main_q.task)
+        if getattr(main_q, "error", None) is not None:
+            await abort(self.router.session, self.prefill_url, self.ids.prefill_for_main)
 
     async def _release_main(self, main_q, main_rid: str) -> None:
-        if main_q is None:
-            return
-        try:
-            await self.router.control_for(self.main).release(main_rid)
-        except UpstreamError as exc:  # MD ends it after --pdd-parked-ttl-s instead
-            logger.warning("sglang-pdd router: %s: release not sent: %s", self.rid, exc)
+        if main_q is not None:  # best effort: MD ends it after --pdd-parked-ttl-s otherwise
+            self.router.control_for(self.main).release_nowait(main_rid)
 
 
 def take_ready_event(events: asyncio.Queue) -> dict | None:

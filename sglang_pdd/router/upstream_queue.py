@@ -14,7 +14,8 @@ END = object()  # queued after the stream's last chunk (or its error)
 
 
 async def pump(stream, queue: asyncio.Queue, url: str, idle_limit, poll_s: float = 1.0) -> None:
-    """Copy an upstream SSE stream into ``queue``; an exception is queued, then the end mark.
+    """Copy an upstream SSE stream into ``queue``; an exception is queued (and kept as
+    ``queue.error``), then the end mark.
 
     ``idle_limit()``: how long the stream may stay silent now (None: no limit); checked every
     ``poll_s``, so that a limit set later (at the handoff) applies to a wait already running,
@@ -43,7 +44,8 @@ async def pump(stream, queue: asyncio.Queue, url: str, idle_limit, poll_s: float
             except StopAsyncIteration:
                 break
     except Exception as exc:  # noqa: BLE001 - handed to the consumer, which raises it
-        queue.put_nowait(_as_upstream_error(exc, url))
+        queue.error = _as_upstream_error(exc, url)  # for whoever looks after the stream ended
+        queue.put_nowait(queue.error)
     queue.put_nowait(END)
 
 

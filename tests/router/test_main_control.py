@@ -77,3 +77,15 @@ def test_a_message_nobody_takes_fails_naming_main_decode_instead_of_waiting():
     error = asyncio.run(run())
     assert error.status == 502 and error.instance == "http://md:1"
     assert "took nothing for 0.2 s" in error.body["error"]["message"]
+
+
+def test_a_release_never_waits_for_an_unreachable_main_decode():
+    async def run():
+        client = MainControlClient(f"tcp://127.0.0.1:{free_port()}", "http://md:1")
+        client.start()
+        try:
+            return client.release_nowait("a.pdd-relayed")  # returns at once, nothing sent
+        finally:
+            await client.close()
+
+    assert asyncio.run(run()) is False
