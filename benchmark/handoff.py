@@ -4,7 +4,8 @@ On a local P/RLD/MD cluster (CPU, generated model, emulated WAN) each case hands
 after exactly ``N`` ids of RLD (a gate holds RLD's stream at ``N``; MD's control link is stalled
 until then, ``sglang_pdd/testbed/held_links.py``). For each handed-off length and context
 length, One-Shot and Catch-Up, with MD idle and with MD decoding a batch of other requests, it
-prints the stall the router saw (RLD's last token to MD's first: mean, P99, max/mean) beside
+prints the stall (the final handoff sent to MD's first token, at the router: mean, P99,
+max/mean) beside
 what the alternative would cost: sending those ids' KV over the same emulated link (measured:
 the bytes really go through a ``wan-link`` proxy), and the bytes each way. It writes a plot of
 stall against handed-off length.
@@ -217,8 +218,10 @@ def measure(router, gate, control, mode, load, context, handed, repeats, kv_per_
         finally:
             gate.release()
             control.resume()
-        if record["handoff_stall_s"] is not None:
-            stalls.append(record["handoff_stall_s"])
+        # From the final handoff to MD's first token: in service the router hands off as soon
+        # as MD is ready, so this is the gap the client sees (here RLD was held at N first).
+        if record["handoff_to_main_s"] is not None:
+            stalls.append(record["handoff_to_main_s"])
             actual.append(record["handoff_tokens"])
     ids = list(range(handed))
     kv_bytes = handed * kv_per_token

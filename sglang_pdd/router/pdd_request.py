@@ -107,6 +107,8 @@ class PddRequestRun(RelayedPipeline):
         else:
             if self.record.main_tokens == 0 and self.record.relay_tokens:
                 self.record.handoff_stall_s = now - self._last_relay_s
+                if self.record.handoff_s is not None:
+                    self.record.handoff_to_main_s = now - self.record.handoff_s
             self.record.main_tokens += len(token_ids)
         if not self.body.get("return_logprob"):
             return TokenDelta(token_ids, source)

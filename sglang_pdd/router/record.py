@@ -19,6 +19,7 @@ class PddRecord:
     main_ready_s: float | None = None
     handoff_s: float | None = None
     handoff_stall_s: float | None = None  # RLD's last token to MD's first, at the router
+    handoff_to_main_s: float | None = None  # the final handoff sent to MD's first token back
     handoff_tokens: int = 0
     handoff_chunks: int = 0
     handoff_mode: str | None = None  # the mode in force at the first handoff step ("auto" resolved)
