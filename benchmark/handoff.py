@@ -194,7 +194,8 @@ def measure(router, gate, control, mode, load, context, handed, repeats, kv_per_
     from sglang_pdd.testbed.client import generate
     from sglang_pdd.testbed.held_links import EndedEarly, wait_for_record
 
-    rng = random.Random(context * 7919 + handed)
+    # A fresh prompt per case and mode (no case finds another's KV cached) and unique rids.
+    rng = random.Random(f"{mode}/{load}/{context}/{handed}")
     stalls, actual = [], []
     for _ in range(repeats):
         rid = f"handoff-{rng.getrandbits(48):x}"
