@@ -148,7 +148,7 @@ def run_cluster(args) -> list[Case]:
     from sglang_pdd.transfer.wan_link import WanLinkConfig
 
     model_cfg = TinyModelConfig(seed=0)
-    longest = max(args.contexts) + max(args.handed) + 64
+    longest = max(args.contexts) + max(args.handed) + 1000
     if longest > model_cfg.max_positions:
         raise SystemExit(
             f"context {max(args.contexts)} + handed {max(args.handed)} exceeds the "
@@ -200,8 +200,10 @@ def measure(router, gate, control, mode, load, context, handed, repeats, kv_per_
     for _ in range(repeats):
         rid = f"handoff-{rng.getrandbits(48):x}"
         body = {"rid": rid, "input_ids": [rng.randrange(10, 250) for _ in range(context)],
+                # Catch-Up needs RLD streaming on while MD catches up: a longer tail.
                 "sampling_params": {"temperature": 0.0, "ignore_eos": True,
-                                    "max_new_tokens": handed + 64}}  # fmt: skip
+                                    "max_new_tokens": handed + (64 if mode == "one-shot"
+                                                                else 1000)}}  # fmt: skip
         control.pause()
         gate.arm(handed)
         try:
@@ -224,6 +226,8 @@ def measure(router, gate, control, mode, load, context, handed, repeats, kv_per_
         if record["handoff_to_main_s"] is not None:
             stalls.append(record["handoff_to_main_s"])
             actual.append(record["handoff_tokens"])
+        else:
+            print(f"  ({mode}, N={handed}: finished on {record['finished_on']}, no handoff)")
     ids = list(range(handed))
     kv_bytes = handed * kv_per_token
     return Case(mode, load, context, handed, stalls, actual,
