@@ -98,9 +98,10 @@ def test_a_final_handoff_without_room_is_deferred_while_relay_decode_serves(
         assert result.status == 200, result.body
         assert result.output_ids == want
         records.append(result.body["meta_info"]["pdd"])
-    assert sum(r["handoff_deferrals"] for r in records) >= 1, records
-    # How many MD took in the end depends on the machine's speed (a deferred request may finish
-    # on RLD before MD has room): at least the first handoff always fits.
-    assert sum(r["finished_on"] == "main" for r in records) >= 1, records
+    # Whether a handoff is deferred here depends on the machine's speed (the three final
+    # handoffs must reach MD together): CI saw runs with one deferral and runs with none. The
+    # deferral itself is covered without timing by tests/main_decode/test_handoff_admission.py,
+    # test_control_ownership.py (MD's side) and tests/policy/test_handoff_state.py (the
+    # router's); this run shows that whatever happens, outputs match and MD ends idle.
     wait_router_settled(router.url)
     _assert_idle(small)
