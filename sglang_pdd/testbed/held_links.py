@@ -47,6 +47,18 @@ class EndedEarly(AssertionError):
     """The request ended before the state a test waited for."""
 
 
+def ended_summary(result) -> str:
+    """What a failed wait reports about a request that ended: its status and PDD record or
+    error, without the thousands of output ids that would bury them in a test log."""
+    body = result.body
+    if not isinstance(body, dict):
+        return f"status {result.status}: {str(body)[:2000]}"
+    meta = body.get("meta_info", {}) if isinstance(body.get("meta_info"), dict) else {}
+    shown = {"pdd": meta.get("pdd"), "finish_reason": meta.get("finish_reason"),
+             "completion_tokens": meta.get("completion_tokens"), "error": body.get("error")}  # fmt: skip
+    return f"status {result.status}: {shown}"
+
+
 def wait_for_record(router_url: str, rid: str, future: Future, done: Callable[[dict], bool],
                     what: str) -> dict:  # fmt: skip
     """Wait until the router's record of ``rid`` satisfies ``done``: its live record, or, once
@@ -62,7 +74,7 @@ def wait_for_record(router_url: str, rid: str, future: Future, done: Callable[[d
             final = body.get("meta_info", {}).get("pdd") if isinstance(body, dict) else None
             if final is not None and done(final):
                 return final
-            raise EndedEarly(f"the request ended before {what}: {body}")
+            raise EndedEarly(f"the request ended before {what}: {ended_summary(future.result())}")
         time.sleep(0.01)
     raise AssertionError(f"timed out waiting for {what}")
 
@@ -71,7 +83,7 @@ def _wait_held(links: HeldLinks, future: Future, what: str) -> None:
     deadline = time.monotonic() + HANG_S
     while not links.relay.holding.wait(0.05):
         if future.done():
-            raise EndedEarly(f"the request ended before {what}: {future.result().body}")
+            raise EndedEarly(f"the request ended before {what}: {ended_summary(future.result())}")
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
 

@@ -10,6 +10,25 @@ from sglang_pdd.testbed.launcher import ServerGroup, ServerSpec
 # decode) sits far below argmax ties; PD itself is bit-identical in any dtype.
 DTYPE = "float32"
 
+# A failed e2e test's report carries these lines of every running server's log: on CI the logs
+# are gone with the clone, and a router's warnings say why a request took the path it took.
+_NOTABLE = ("WARNING", "ERROR", "Error", "Traceback", "sglang-pdd")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    group = item.funcargs.get("server_group") if hasattr(item, "funcargs") else None
+    if report.when != "call" or not report.failed or group is None:
+        return
+    for server in group.servers:
+        lines = [line for line in server.log_text().splitlines()
+                 if any(word in line for word in _NOTABLE)]  # fmt: skip
+        if lines:
+            report.sections.append((f"log of {server.name} (notable lines)",
+                                    "\n".join(line[:400] for line in lines[-15:])))  # fmt: skip
+
 
 @pytest.fixture(scope="session")
 def server_group(tmp_path_factory):
