@@ -55,7 +55,8 @@ def ended_summary(result) -> str:
         return f"status {result.status}: {str(body)[:2000]}"
     meta = body.get("meta_info", {}) if isinstance(body.get("meta_info"), dict) else {}
     shown = {"pdd": meta.get("pdd"), "finish_reason": meta.get("finish_reason"),
-             "completion_tokens": meta.get("completion_tokens"), "error": body.get("error")}  # fmt: skip
+             "completion_tokens": meta.get("completion_tokens"),
+             "error": body.get("error")}  # fmt: skip
     return f"status {result.status}: {shown}"
 
 
