@@ -70,8 +70,8 @@ def test_a_final_handoff_without_room_is_deferred_while_relay_decode_serves(
     """Three requests park on MD (500-token prompts) while MD's control link is stalled, until
     RLD has streamed 900 ids of each; then their final handoffs meet a pool that holds two:
     3 x (500 + 900) > 4096. When they reach MD together the third is deferred: RLD keeps
-    streaming it and the router hands it off again later (or it finishes on RLD). Every output equals the co-located
-    server's, and MD ends idle."""
+    streaming it and the router hands it off again later (or it finishes on RLD). Every output
+    equals the co-located server's, and MD ends idle."""
     router, small = small_main_router
     _assert_idle(small)  # also empties MD's radix cache: free memory is exactly the pool's
     control = next(s for s in server_group.servers if s.name == "wan-control-main-small")
