@@ -6,8 +6,8 @@ Request life:
   cross-DC PD: decode-side cache (DRC) match -> missing KV over the WAN -> MD
   PDD: the shared PipelinePolicy picks P-MD, P-RLD-MD or (anomalous) P-RLD; in P-RLD-MD the
        full KV goes to RLD over RDMA while the missing KV crosses the WAN; when it lands the
-       shared HandoffPolicy hands RLD's tokens to MD as IDs, and MD rebuilds their KV with an
-       extend pass (one-shot or catch-up chunks).
+       router's own RelayedHandoff (with the shared HandoffPolicy) hands RLD's tokens to MD
+       as IDs, and MD rebuilds their KV with an extend pass (one-shot or catch-up chunks).
 Every transfer to MD, from either pipeline, feeds the DRC.
 """
 
@@ -27,6 +27,7 @@ from sglang_pdd.policy import (
     PipelinePolicy,
     RequestFacts,
 )
+from sglang_pdd.policy.handoff_state import CHUNK, RelayedHandoff
 from sglang_pdd.sim.chips import InstancePerf
 from sglang_pdd.sim.config import ClusterSpec, SimConfig
 from sglang_pdd.sim.instances import DecodeInstance, PrefillInstance
@@ -34,7 +35,7 @@ from sglang_pdd.sim.link import FairShareLink
 from sglang_pdd.sim.workload import Request
 from sglang_pdd.transfer.link_model import LinkModelConfig, LiveLinkModel
 
-# How often RLD re-checks whether MD has room before stopping for a handoff (seconds).
+# How long after MD deferred a final handoff (no room; RLD streams on) it is made again (s).
 HANDOFF_RETRY_S = 0.1
 
 
@@ -63,6 +64,7 @@ class RequestRecord:
     relay_idx: int = -1
     main_idx: int = -1
     main_ready: bool = False
+    handoff: RelayedHandoff | None = None
     pins: list = field(default_factory=list)
 
 
@@ -237,6 +239,7 @@ class ClusterSim:
         # else: RLD's copy is still on the intra-DC path; _to_relay hands off on arrival.
 
     def _handoff(self, rid: int) -> None:
+        """Drive the request's RelayedHandoff (the router's own state machine) one step."""
         rec, req = self.records[rid], self.requests[rid]
         relay = self.relay[rec.relay_idx]
         if rec.completions:
@@ -246,29 +249,48 @@ class ClusterSim:
             if relay.cancel_waiting(rid):
                 self._to_main_direct(req)
             return
-        made = relay.tokens_so_far(rid)
-        plan = self.handoff_policy.plan(made - rec.handed, relay.load)
+        if rec.handoff is None:
+            rec.handoff = RelayedHandoff(self.handoff_policy, HANDOFF_RETRY_S)
+        state = rec.handoff
+        state.main_ready()
+        state.relay_progress(relay.tokens_so_far(rid))
         if rec.main_idx < 0:
             rec.main_idx = _pick(self.decode, lambda d: d.load)
         main = self.decode[rec.main_idx]
         one_way = self.spec.wan.rtt_s / 2
-        if plan.relay_continues:
-            rec.handed += plan.tokens_now
-            ctx = req.input_tokens + rec.handed
+        handed_before = state.handed
+        step = state.next_step(relay.load, self.env.now)
+        if step is None:
+            if not state.chunk_in_flight:
+                # RLD's first id is still to come (the router acts on RLD's next chunk): look
+                # again after one RLD step.
+                wait = relay.step_s if relay.step_s > 0 else HANDOFF_RETRY_S
+                self.env.timeout(wait).callbacks.append(lambda _e: self._handoff(rid))
+            return
+        if step.kind == CHUNK:
+            rec.handed = step.upto
+            chunk, ctx = step.upto - handed_before, req.input_tokens + step.upto
 
-            def chunk_arrives(chunk=plan.tokens_now, ctx=ctx):
-                if rec.completions:
-                    return
-                busy = main.add_extend_work(chunk, ctx)
-                self.env.timeout(busy).callbacks.append(lambda _e: self._handoff(rid))
+            def extended(_e) -> None:
+                state.chunk_extended()
+                self._handoff(rid)
+
+            def chunk_arrives() -> None:
+                if not rec.completions:
+                    busy = main.add_extend_work(chunk, ctx)
+                    self.env.timeout(busy).callbacks.append(extended)
 
             self.env.timeout(one_way).callbacks.append(lambda _e: chunk_arrives())
             return
+        # The final handoff. MD's answer is taken at once (the simulation knows MD's room):
+        # with no room MD defers it and RLD keeps streaming until the retry.
+        made = step.upto
         if not main.can_admit(req.output_tokens - made, req.input_tokens + made):
-            # MD has no room yet: RLD keeps streaming rather than stopping into a stall.
+            state.final_deferred(self.env.now)
             self.env.timeout(HANDOFF_RETRY_S).callbacks.append(lambda _e: self._handoff(rid))
             return
-        made = relay.stop(rid)
+        state.final_taken()
+        relay.stop(rid)
         rec.relay_tokens = made
         remaining = req.output_tokens - made
         stopped = self.env.now

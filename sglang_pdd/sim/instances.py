@@ -147,6 +147,11 @@ class DecodeInstance:
         slots = (len(self._members) + len(self._waiting)) / self.max_batch
         return max(slots, (self._reserved_kv + waiting_kv) / self.kv_capacity)
 
+    @property
+    def step_s(self) -> float:
+        """The current decode step's duration (0 while idle)."""
+        return self._step_time
+
     # --- fluid clock --------------------------------------------------------------------
     def _advance(self) -> None:
         now = self.env.now

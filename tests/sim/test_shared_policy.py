@@ -63,3 +63,19 @@ def test_router_imports_the_same_policy_module():
 
     sources = "".join(p.read_text() for p in pathlib.Path(router.__file__).parent.rglob("*.py"))
     assert "sglang_pdd.policy" in sources
+
+
+def test_the_simulator_drives_the_routers_handoff_state_machine():
+    """Each relayed request's handoff is a RelayedHandoff (the class the router drives) that
+    ended with MD taking the final handoff, after RLD's first id (MD needs one it lacks)."""
+    from sglang_pdd.policy.handoff_state import RelayedHandoff
+
+    s = spec("pdd")
+    sim = ClusterSim(s, config(s), RecordingPolicy(), RecordingHandoff())
+    records = sim.run([req(i, 0.1 * i, 20_000, 400, range(i * 100, i * 100 + 40))
+                       for i in range(4)])  # fmt: skip
+    assert all(r.pipeline == "P-RLD-MD" for r in records)
+    for r in records:
+        assert isinstance(r.handoff, RelayedHandoff) and r.handoff.done, r
+        assert r.handoff.mode == "one-shot" and r.relay_tokens == r.handoff.handed >= 1
+        assert r.relay_tokens + r.main_tokens == r.output_tokens
