@@ -25,6 +25,7 @@ Main-Decode -> router (to the peer that sent "watch"):
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 
 from sglang_pdd.main_decode import RELAYED_RID_SUFFIX
@@ -101,9 +102,18 @@ def decode_event(payload: bytes) -> dict:
 
 @dataclass(frozen=True)
 class SubRids:
-    """The rids one client request ``rid`` takes on each instance (one place names them all)."""
+    """The rids one run of a client request takes on each instance (one place names them all).
+
+    ``rid`` is the router's own, new for every run (``SubRids.fresh()``): a client's rid is a
+    label only. A client reusing its rid as soon as the request ended, or a rid that is the
+    prefix of another client's, then never meets state an instance or the control channel
+    still holds for the earlier request."""
 
     rid: str
+
+    @classmethod
+    def fresh(cls) -> SubRids:
+        return cls(f"pdd-{uuid.uuid4().hex}")
 
     @property
     def prefill(self) -> str:  # P for P-MD and P-RLD

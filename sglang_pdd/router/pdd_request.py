@@ -35,13 +35,14 @@ class PddRequestRun(RelayedPipeline):
     def __init__(self, router, body: dict, rid: str, decision, instances, main_plan=None) -> None:
         self.router = router
         self.body = body  # /generate body with input_ids and sampling_params
-        self.rid = rid
-        self.ids = SubRids(rid)  # this request's rid on each instance
+        self.rid = rid  # the client's (a label, in logs and GET /pdd/requests)
+        self.ids = SubRids.fresh()  # this run's rids on each instance
         self.decision = decision
         self.prefill_url, self.relay_url, self.main = instances
         self.site = router.site(self.main)
         self.main_plan = main_plan  # how the KV reaches MD (None: P-RLD)
         self.record = PddRecord(pipeline=decision.pipeline, reason=decision.reason,
+                                instance_rid=self.ids.rid,
                                 main=self.main.url, est_main_ready_s=decision.est_main_ready_s
                                 if decision.est_main_ready_s != float("inf") else None)  # fmt: skip
         self.t0 = time.monotonic()

@@ -25,7 +25,8 @@ class ClientRun:
         self.state = state
         self.rid = extra.pop("rid", None) or uuid.uuid4().hex
         if self.rid in state.live:
-            # Every instance would see two requests under the same sub-rids.
+            # As SGLang's own server does: a rid names one request in flight (it also keys
+            # GET /pdd/requests). Instances never see it: each run has rids of its own.
             raise UpstreamError(400, {"error": {"message": f"Duplicate request ID: {self.rid}",
                                                 "code": 400}})  # fmt: skip
         if bad := out_of_vocab(input_ids, state.vocab_size):
@@ -78,14 +79,20 @@ class ClientRun:
                     self.tail = self.text.finish(event.finish_reason)
                     logger.info("pdd-record rid=%s %s", self.rid,
                                 json.dumps(event.record.as_dict()))  # fmt: skip
+                    # The client may reuse its rid as soon as it has the last chunk.
+                    self._unlist()
                 yield event
             completed = True
         finally:
-            self.state.live.pop(self.rid, None)
-            self.state.clients.pop(self.rid, None)
+            self._unlist()
             # The clean-up runs as its own task: a client that leaves cancels this handler
             # (perhaps more than once), and the aborts must still reach every instance.
             await asyncio.shield(self.state.run_in_background(self._clean_up(completed)))
+
+    def _unlist(self) -> None:
+        if self.state.clients.get(self.rid) is self:
+            self.state.live.pop(self.rid, None)
+            self.state.clients.pop(self.rid, None)
 
     async def _runs(self):
         """The current run's events; when an instance fails or stalls, the request continues
@@ -140,8 +147,7 @@ class ClientRun:
         self.state.metrics.requests.labels(decision.pipeline, "migration").inc()
         await old.abort_everywhere()
         await old.close()
-        run = PddRequestRun(self.state, body, f"{self.rid}.m{len(self.migrations)}", decision,
-                            instances, main_plan)  # fmt: skip
+        run = PddRequestRun(self.state, body, self.rid, decision, instances, main_plan)
         run.prompt_tokens = len(self.body["input_ids"])  # the client's prompt, not the replay
         run.record.migrations = list(self.migrations)
         self.run = run

@@ -339,8 +339,9 @@ def test_fields_the_router_cannot_serve_are_refused(pdd_cluster):
 
 
 def test_a_rid_in_flight_is_refused_and_listed(held_router, held_links, colocated):
-    """A client-chosen rid already in flight gets 400 (every instance would see two requests
-    under one id); ``GET /pdd/requests`` lists the request in flight with its record."""
+    """A client-chosen rid already in flight gets 400, as from SGLang's own server (a rid names
+    one request in flight); ``GET /pdd/requests`` lists the request in flight with its
+    record."""
     body = _held_body(make_prompt(random.Random(41), 200), 40)
 
     def duplicate(rid):
@@ -354,6 +355,27 @@ def test_a_rid_in_flight_is_refused_and_listed(held_router, held_links, colocate
                                    relay_tokens=1, while_held=duplicate)  # fmt: skip
     assert got.status == 200 and got.output_ids == generate(colocated.url, body).output_ids
     assert live_record(held_router.url, got.body["meta_info"]["id"]) is None
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
+def test_a_rid_reused_as_soon_as_its_request_ended_starts_clean(pdd_cluster, colocated, stream):
+    """SGLang lets a client reuse a rid once its request ended: the same rid and prompt three
+    times back to back (each with a handoff, wherever it falls) equal the co-located server's
+    output. Each run had rids of its own on the instances, so none met the state an instance
+    or the control channel still held for the run before."""
+    body = {**_held_body(make_prompt(random.Random(43), 300), 120), "rid": f"again-{stream}"}
+    expected = generate(colocated.url, {k: v for k, v in body.items() if k != "rid"}).output_ids
+    instance_rids = set()
+    for _ in range(3):
+        got = generate(pdd_cluster.router_url, body, stream=stream)
+        assert got.status == 200, got.body
+        assert got.output_ids == expected
+        assert got.body["meta_info"]["id"] == body["rid"]
+        record = got.body["meta_info"]["pdd"]
+        assert record["pipeline"] == "P-RLD-MD", record
+        instance_rids.add(record["instance_rid"])
+    assert len(instance_rids) == 3 and body["rid"] not in "".join(instance_rids)
+    wait_router_settled(pdd_cluster.router_url)
 
 
 def test_openai_endpoints(pdd_cluster, colocated):

@@ -78,3 +78,12 @@ def test_sub_rids_name_every_instance_request_once():
     assert len(set(every)) == 6 and all(r.startswith("abc.") for r in every)
     assert is_relayed(ids.relayed) and not is_relayed(ids.main)
     assert twin_of(ids.prefill_for_main) == ids.prefill_for_relay
+
+
+def test_fresh_sub_rids_are_the_routers_own_and_never_repeat():
+    from sglang_pdd.main_decode import is_relayed
+    from sglang_pdd.main_decode.protocol import SubRids
+
+    first, second = SubRids.fresh(), SubRids.fresh()
+    assert first.rid != second.rid and first.rid.startswith("pdd-")
+    assert is_relayed(first.relayed) and first.relayed.startswith(first.rid + ".")
