@@ -62,11 +62,19 @@ class KvBudget:
         return True
 
 
+class _AlreadyExtended:
+    """Admission's answer to a Catch-Up chunk MD has already extended (sent again)."""
+
+
+ALREADY_EXTENDED = _AlreadyExtended()
+
+
 class HandoffAdmission:
     """Which waiting handoffs one batch takes: ``admit(req, token_ids, final)`` answers True
     (take it), False (wait for a later iteration), ``HandoffDeferred`` (a final handoff with no
-    room now: the router sends it again later, Relay-Decode streaming meanwhile) or the reason
-    to refuse it."""
+    room now: the router sends it again later, Relay-Decode streaming meanwhile),
+    ``ALREADY_EXTENDED`` (a chunk sent again that MD has extended) or the reason to refuse
+    it."""
 
     def __init__(self, budget: KvBudget) -> None:
         self.budget = budget
@@ -77,6 +85,11 @@ class HandoffAdmission:
         if not token_ids:
             return True
         already = getattr(req, "_pdd_extended", 0)
+        if (not final and already and len(token_ids) == already
+                and list(req.output_ids[1:already]) == token_ids[1:already]):  # fmt: skip
+            # A chunk made again after a control reconnect that MD had already extended:
+            # nothing to compute, the router only needs its "extended".
+            return ALREADY_EXTENDED
         # A handoff must bring at least one id without KV: the last handed-off token's KV is
         # what the extend computes before sampling the next token.
         if len(token_ids) <= already or list(req.output_ids[1:already]) != token_ids[1:already]:
@@ -104,6 +117,9 @@ def next_handoff_batch(scheduler, state, running_batch):
     taken = []
     admit = HandoffAdmission(KvBudget.of(scheduler, len(running_batch.reqs)))
     for req, token_ids, final, verdict in state.take_ready_handoffs(admit):
+        if verdict is ALREADY_EXTENDED:
+            state.notify_extended(req.rid, len(token_ids), final)
+            continue
         if isinstance(verdict, str):
             state.refuse(req, verdict)
             continue

@@ -16,7 +16,9 @@ Rules:
   back for the final handoff;
 * once the final handoff is made nothing else is sent until MD answers it; after MD took it
   nothing more is sent; RLD finishing first (with no final handoff pending) ends the request
-  on RLD whatever was handed before.
+  on RLD whatever was handed before;
+* a ``ready`` after the first is MD answering a redialed control connection: what it says MD
+  holds is the truth, and a chunk or final handoff lost in the gap is made again.
 """
 
 from __future__ import annotations
@@ -80,6 +82,23 @@ class RelayedHandoff:
         self.handed = self._extended
         self.deferrals += 1
         self._retry_at = now + self.retry_s
+
+    def main_rewatched(self, extended_tokens: int) -> bool:
+        """MD answered a new watch (the control connection was redialed) with ``ready``: the
+        request is still parked there, with KV for ``extended_tokens`` handed-off ids. A chunk
+        whose ``extended`` was lost in the gap counts as extended; a chunk or final handoff
+        that was itself lost (MD holds less than was handed) is made again. Returns True if a
+        final handoff was lost (the caller then lets the ids it held back go to the client)."""
+        self._extended = max(self._extended, min(extended_tokens, self.handed))
+        if self.chunk_in_flight:
+            self.chunk_in_flight = False
+            self.handed = self._extended
+            return False
+        if self.final_pending:  # MD would no longer be parked had it taken it
+            self.final_pending = False
+            self.handed = self._extended
+            return True
+        return False
 
     def main_refused(self) -> None:
         """MD refused a handoff (the request will finish on RLD): nothing more goes to MD."""

@@ -162,12 +162,17 @@ class RelayedPipeline:
                     early_main.append(value)
                     state.final_taken()
                 elif value.get("event") == "ready":
+                    again = state.ready  # MD answering the watch of a redialed connection
                     state.main_ready()
                     self._note_ready(value)
-                    # A ready re-sent after a reconnect says how far MD extended: an
-                    # "extended" lost in the reconnect is re-derived from it.
-                    if state.chunk_in_flight and value.get("extended_tokens", 0) >= state.handed:
-                        state.chunk_extended()
+                    # It says how far MD extended: an "extended" lost in the reconnect is
+                    # re-derived from it, and a handoff message lost in it is made again.
+                    if again and state.main_rewatched(int(value.get("extended_tokens", 0))):
+                        logger.info("sglang-pdd router: %s: the final handoff was lost in a "
+                                    "control reconnect; making it again", self.rid)  # fmt: skip
+                        self._handed_off = False
+                        replay.extend(held)
+                        held.clear()
                 elif value.get("event") == "extended":
                     if value.get("final"):
                         state.final_taken()

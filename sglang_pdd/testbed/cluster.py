@@ -162,13 +162,15 @@ def start_wan_proxy(group: ServerGroup, name: str, target_port: int, link: WanLi
 def start_link_proxy(group: ServerGroup, name: str, target_port: int,
                      link: WanLinkConfig) -> ServerProcess:  # fmt: skip
     """Start a ``sglang-pdd wan-link`` proxy to ``127.0.0.1:target_port``; return its process
-    (``.url``; ``.pause()`` stalls the link, ``.resume()`` lets it go on)."""
-    port = free_port()
+    (``.url``; ``.pause()`` freezes the proxy, ``.resume()`` lets it go on; ``.link(op)``
+    stalls, drops, resets or restores the link through its command API)."""
+    port, control = free_port(), free_port()
     proxy = group.launch_command(name, _cli(
         "wan-link", "--listen", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{target_port}",
         "--bandwidth-mbps", str(link.bandwidth_mbps), "--delay-ms", str(link.one_way_delay_ms),
-        "--jitter-ms", str(link.jitter_ms)), port)  # fmt: skip
-    group.wait_ready(proxy, timeout=60, path=None)
+        "--jitter-ms", str(link.jitter_ms), "--control", f"127.0.0.1:{control}"), port)  # fmt: skip
+    proxy.control_url = f"http://127.0.0.1:{control}"
+    group.wait_ready(proxy, timeout=60, path=None)  # the command API is up before the proxy
     return proxy
 
 

@@ -80,7 +80,8 @@ def wait_for_record(router_url: str, rid: str, future: Future, done: Callable[[d
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _wait_held(links: HeldLinks, future: Future, what: str) -> None:
+def wait_held(links: HeldLinks, future: Future, what: str) -> None:
+    """Wait until the gate holds RLD's stream (EndedEarly if the request ended first)."""
     deadline = time.monotonic() + HANG_S
     while not links.relay.holding.wait(0.05):
         if future.done():
@@ -111,7 +112,7 @@ def generate_with_handoff_at(router_url: str, links: HeldLinks, body: dict, *, s
     try:
         with ThreadPoolExecutor(1) as pool:
             future = pool.submit(generate, router_url, body, stream)
-            _wait_held(links, future, f"{relay_tokens} ids from Relay-Decode")
+            wait_held(links, future, f"{relay_tokens} ids from Relay-Decode")
             held = links.relay.held_ids
             if while_held is not None:
                 while_held(rid)

@@ -79,6 +79,7 @@ class ServerProcess:
     bootstrap_port: int | None = None
     host: str = "127.0.0.1"
     name: str = ""
+    control_url: str | None = None  # a WAN link's command API (POST /stall, /drop, /reset ...)
 
     def __post_init__(self) -> None:
         if not self.name and self.spec is not None:
@@ -93,6 +94,18 @@ class ServerProcess:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def link(self, op: str) -> dict:
+        """Tell this WAN link to ``stall``, ``drop``, ``reset`` or ``restore`` (or read its
+        ``state``); see ``sglang_pdd/transfer/link_faults.py``."""
+        import requests
+
+        if self.control_url is None:
+            raise ValueError(f"{self.name} has no link command API")
+        method = requests.get if op == "state" else requests.post
+        resp = method(f"{self.control_url}/{op}", timeout=30)
+        resp.raise_for_status()
+        return resp.json()
 
     def pause(self) -> None:
         """Freeze the whole process group (SIGSTOP): e.g. a link proxy then forwards nothing,

@@ -50,3 +50,15 @@ def test_what_can_never_run_is_refused_with_the_reason():
 def test_an_empty_handoff_passes_through():
     admit = HandoffAdmission(KvBudget(free=0, total=10))
     assert admit(_req("a"), [], True) is True
+
+
+def test_a_chunk_sent_again_after_a_reconnect_is_acknowledged_not_refused():
+    from sglang_pdd.main_decode.extend import ALREADY_EXTENDED
+
+    admit = HandoffAdmission(KvBudget(free=10_000, total=10_000))
+    extended = _req("a", extended=3, output_ids=[7, 8, 9])
+    assert admit(extended, [7, 8, 9], False) is ALREADY_EXTENDED
+    assert admit.taken == 0 and admit.chunks == 0  # nothing to run
+    # The same ids as a final handoff, or other ids, are still refused.
+    assert isinstance(admit(extended, [7, 8, 9], True), str)
+    assert isinstance(admit(extended, [7, 5, 9], False), str)

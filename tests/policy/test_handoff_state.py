@@ -138,3 +138,38 @@ def test_a_refusal_keeps_the_request_on_relay_decode():
     state.main_refused()
     state.relay_progress(200)
     assert state.next_step(0.0, now=100.0) is None and state.refused and not state.done
+
+
+def test_a_rewatch_derives_a_lost_extended_and_resends_a_lost_chunk():
+    state = _state("catch-up")
+    state.relay_progress(200)
+    state.main_ready()
+    assert state.next_step(0.0) == HandoffStep(CHUNK, 64)
+    # The connection was redialed; MD's ready says it extended the chunk (the event was lost).
+    assert state.main_rewatched(64) is False
+    assert state.next_step(0.0) == HandoffStep(CHUNK, 128)
+    # Redialed again: MD holds only the first chunk's KV, so the second chunk was lost.
+    assert state.main_rewatched(64) is False
+    assert (state.handed, state.chunk_in_flight) == (64, False)
+    assert state.next_step(0.0) == HandoffStep(CHUNK, 128)  # made again
+
+
+def test_a_final_handoff_lost_in_a_reconnect_is_made_again_with_the_held_ids():
+    state = _state()
+    state.relay_progress(37)
+    state.main_ready()
+    assert state.next_step(0.0) == HandoffStep(FINAL, 37)
+    state.relay_progress(41)  # held back while MD answers
+    assert state.main_rewatched(0) is True  # still parked, nothing extended: it was lost
+    assert (state.final_pending, state.handed, state.deferrals) == (False, 0, 0)
+    assert state.next_step(0.0) == HandoffStep(FINAL, 41)  # at once, not after retry_s
+    state.final_taken()
+    assert state.done
+
+
+def test_a_rewatch_with_nothing_in_flight_changes_nothing():
+    state = _state()
+    state.relay_progress(10)
+    state.main_ready()
+    assert state.main_rewatched(0) is False
+    assert state.next_step(0.0) == HandoffStep(FINAL, 10)
