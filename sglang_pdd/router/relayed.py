@@ -133,6 +133,7 @@ class RelayedPipeline:
             for fut in pending:
                 fut.cancel()
             replay: list = []  # RLD's chunks to handle now, in order
+            release_held = False  # MD did not take the final handoff: held ids go on
             # Handle in a fixed order so that a relay chunk and an event that complete
             # together are both consumed (the cancelled getter loses nothing: get() that is
             # cancelled before completing leaves the item in the queue).
@@ -156,8 +157,7 @@ class RelayedPipeline:
                     # RLD was not stopped, so RLD finishes the request.
                     failure = "ended" if value is _END else repr(value)
                     self._stay_on_relay(state, f"Main-Decode's stream failed: {failure}")
-                    replay.extend(held)
-                    held.clear()
+                    release_held = True
                 elif kind == "main":
                     early_main.append(value)
                     state.final_taken()
@@ -171,8 +171,7 @@ class RelayedPipeline:
                         logger.info("sglang-pdd router: %s: the final handoff was lost in a "
                                     "control reconnect; making it again", self.rid)  # fmt: skip
                         self._handed_off = False
-                        replay.extend(held)
-                        held.clear()
+                        release_held = True
                 elif value.get("event") == "extended":
                     if value.get("final"):
                         state.final_taken()
@@ -185,13 +184,14 @@ class RelayedPipeline:
                     state.final_deferred(time.monotonic())
                     self.record.handoff_deferrals = state.deferrals
                     self._handed_off = False
-                    replay.extend(held)
-                    held.clear()
+                    release_held = True
                 elif value.get("event") == "error":
                     # MD refused a handoff: RLD, still serving, finishes the request.
                     self._stay_on_relay(state, str(value.get("message")))
-                    replay.extend(held)
-                    held.clear()
+                    release_held = True
+            if release_held:
+                replay.extend(held)
+                held.clear()
             if state.done:
                 break
             for value in replay:
