@@ -80,6 +80,19 @@ def wait_for_record(router_url: str, rid: str, future: Future, done: Callable[[d
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def generate_acting_at(router_url: str, body: dict, *, stream: bool,
+                       when: Callable[[dict], bool], what: str,
+                       act: Callable[[], object]) -> GenerateResult:  # fmt: skip
+    """Send ``body`` (with its ``rid``) through the router; once the router's record of it
+    satisfies ``when`` (``what`` names that state), run ``act()`` (kill an instance, cut a
+    link, drain) while the request is in flight; return the request's result."""
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(generate, router_url, body, stream)
+        wait_for_record(router_url, body["rid"], future, when, what)
+        act()
+        return future.result(timeout=HANG_S)
+
+
 def wait_held(links: HeldLinks, future: Future, what: str) -> None:
     """Wait until the gate holds RLD's stream (EndedEarly if the request ended first)."""
     deadline = time.monotonic() + HANG_S

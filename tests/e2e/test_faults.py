@@ -26,7 +26,7 @@ import pytest
 import requests
 
 from sglang_pdd.testbed.client import generate, wait_router_settled
-from sglang_pdd.testbed.held_links import wait_for_record
+from sglang_pdd.testbed.held_links import generate_acting_at
 
 pytestmark = pytest.mark.servers
 _names = itertools.count()
@@ -42,6 +42,14 @@ def _greedy(rng: random.Random, prompt: int, new: int) -> dict:
 def _kill(server) -> None:
     os.killpg(server.proc.pid, signal.SIGKILL)  # the server and its scheduler processes
     server.proc.wait(timeout=60)
+
+
+def _main_streams(record: dict) -> bool:
+    return record["main_tokens"] >= 20
+
+
+def _relay_streams(record: dict) -> bool:
+    return record["relay_tokens"] >= 20
 
 
 def _reference(colocated, body) -> list[int]:
@@ -65,12 +73,9 @@ def test_main_decode_killed_after_the_handoff_the_request_continues(doomed_main,
     site, router = doomed_main
     body = _greedy(random.Random(51), 400, 4000)
     expected = _reference(colocated, body)
-    with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(generate, router.url, body, True)
-        wait_for_record(router.url, body["rid"], future, lambda r: r["main_tokens"] >= 20,
-              "Main-Decode's first tokens")  # fmt: skip
-        _kill(site.server)
-        result = future.result(timeout=600)
+    result = generate_acting_at(router.url, body, stream=True, when=_main_streams,
+                                what="Main-Decode's first tokens",
+                                act=lambda: _kill(site.server))  # fmt: skip
     assert result.status == 200, result.body
     assert result.output_ids == expected
     pdd = result.body["meta_info"]["pdd"]
@@ -96,13 +101,9 @@ def test_main_decode_killed_while_the_request_is_parked_relay_decode_finishes_it
     expected = _reference(colocated, body)
     control.pause()  # MD's "ready" cannot reach the router: the request stays on RLD
     try:
-        with ThreadPoolExecutor(1) as pool:
-            future = pool.submit(generate, router.url, body, False)
-            wait_for_record(router.url, body["rid"], future, lambda r: r["relay_tokens"] >= 20,
-                  "Relay-Decode's first tokens")  # fmt: skip
-            _kill(site.server)
-            control.resume()
-            result = future.result(timeout=600)
+        result = generate_acting_at(router.url, body, stream=False, when=_relay_streams,
+                                    what="Relay-Decode's first tokens",
+                                    act=lambda: (_kill(site.server), control.resume()))  # fmt: skip
     finally:
         control.resume()
     assert result.status == 200, result.body
@@ -143,13 +144,9 @@ def test_relay_decode_killed_before_the_handoff_main_decode_takes_the_request(
     expected = _reference(colocated, body)
     control.pause()  # no handoff: the request is on RLD when it dies
     try:
-        with ThreadPoolExecutor(1) as pool:
-            future = pool.submit(generate, router.url, body, True)
-            wait_for_record(router.url, body["rid"], future, lambda r: r["relay_tokens"] >= 20,
-                  "Relay-Decode's first tokens")  # fmt: skip
-            _kill(relay)
-            control.resume()
-            result = future.result(timeout=600)
+        result = generate_acting_at(router.url, body, stream=True, when=_relay_streams,
+                                    what="Relay-Decode's first tokens",
+                                    act=lambda: (_kill(relay), control.resume()))  # fmt: skip
     finally:
         control.resume()
     assert result.status == 200, result.body
@@ -204,12 +201,14 @@ def test_draining_main_decode_moves_its_streams_and_takes_no_new_work(doomed_mai
     assert bad.status_code == 400 and "one of the router's instances" in bad.text
     body = _greedy(random.Random(56), 400, 4000)
     expected = _reference(colocated, body)
-    with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(generate, router.url, body, True)
-        wait_for_record(router.url, body["rid"], future, lambda r: r["main_tokens"] >= 20,
-              "Main-Decode's first tokens")  # fmt: skip
-        drained = requests.post(f"{router.url}/pdd/drain", json={"url": md}, timeout=30).json()
-        result = future.result(timeout=600)
+    drained = {}
+
+    def drain() -> None:
+        drained.update(requests.post(f"{router.url}/pdd/drain", json={"url": md},
+                                     timeout=30).json())  # fmt: skip
+
+    result = generate_acting_at(router.url, body, stream=True, when=_main_streams,
+                                what="Main-Decode's first tokens", act=drain)  # fmt: skip
     assert drained == {"draining": md, "moved": 1, "finishing": 0}, drained
     assert result.status == 200 and result.output_ids == expected
     pdd = result.body["meta_info"]["pdd"]

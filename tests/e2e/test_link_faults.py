@@ -18,7 +18,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from sglang_pdd.testbed.client import generate, wait_all_in_rotation, wait_router_settled
-from sglang_pdd.testbed.held_links import HANG_S, wait_for_record, wait_held
+from sglang_pdd.testbed.held_links import (
+    HANG_S,
+    generate_acting_at,
+    wait_for_record,
+    wait_held,
+)
 
 pytestmark = pytest.mark.servers
 
@@ -94,12 +99,12 @@ def test_main_decode_http_link_stalled_then_reset_the_request_continues(
     http = next(s for s in server_group.servers if s.name == "wan-http")
     body = _greedy(62, 400, 4000)
     expected = _reference(colocated, body)
-    with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(generate, link_router.url, body, True)
-        wait_for_record(link_router.url, body["rid"], future, lambda r: r["main_tokens"] >= 20,
-                        "Main-Decode's first tokens")  # fmt: skip
-        assert _cut(http) >= 1
-        result = future.result(timeout=HANG_S)
+    cuts = []
+    result = generate_acting_at(link_router.url, body, stream=True,
+                                when=lambda r: r["main_tokens"] >= 20,
+                                what="Main-Decode's first tokens",
+                                act=lambda: cuts.append(_cut(http)))  # fmt: skip
+    assert cuts[0] >= 1
     assert result.status == 200, result.body
     assert result.output_ids == expected
     pdd = result.body["meta_info"]["pdd"]
