@@ -85,6 +85,44 @@ def _paired_ratios(with_rounds: list[dict], without_rounds: list[dict]) -> dict:
     return out
 
 
+def hook_costs_us(calls: int = 20000) -> dict[str, float]:
+    """Microseconds each hook on a co-located server's per-iteration path adds per call (role
+    ``none``): the hook called as SGLang's wrapper calls it, around a no-op, on stand-in
+    objects, less the no-op called directly. These are the hooks such a server runs each
+    scheduler iteration (the first two) or each new batch (the last two)."""
+    import timeit
+    from types import SimpleNamespace
+
+    from sglang_pdd.patches import (
+        main_control_ingest,
+        penalizer_order,
+        prefill_twin_hold,
+        seeded_sampling,
+    )
+
+    def noop(*_args, **_kwargs):
+        return []
+
+    class A: ...
+
+    class B: ...
+
+    scheduler = SimpleNamespace(waiting_queue=[SimpleNamespace(rid="r")], _pdd_main=None)
+    orchestrator = SimpleNamespace(penalizers={B: 0, A: 0})
+    info = SimpleNamespace(sampling_seed=None)
+    batch = SimpleNamespace(reqs=[], device="cpu")
+    cases = {
+        "prefill_twin_hold (each iteration)": lambda: prefill_twin_hold.hook(noop, scheduler),
+        "main_control_ingest (each iteration)": lambda: main_control_ingest.hook(noop,
+                                                                                 scheduler),
+        "seeded_sampling (each new batch)": lambda: seeded_sampling.hook(info, None, batch),
+        "penalizer_order (each new batch)": lambda: penalizer_order.hook(None, orchestrator),
+    }  # fmt: skip
+    base = min(timeit.repeat(lambda: noop(scheduler), number=calls, repeat=5)) / calls
+    return {name: 1e6 * (min(timeit.repeat(fn, number=calls, repeat=5)) / calls - base)
+            for name, fn in cases.items()}  # fmt: skip
+
+
 def _servers(model: str, args) -> list[ServerSpec]:
     from sglang_pdd.cpu.activation import SHIM_DIR, real_sgl_kernel_loads
 
@@ -170,9 +208,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  rate {result['rate']:g}/s: " + ", ".join(parts))
     print(f"goal (median throughput and TTFT P50 ratios within 1%): "
           f"{'met' if met else 'MISSED'}")  # fmt: skip
+    costs = hook_costs_us()
+    per_iteration = sum(v for k, v in costs.items() if "iteration" in k)
+    # A decode step of the measured light load, from its median E2E over the tokens made.
+    step_us = 1e6 * results[0]["rows"]["without-plugin"]["e2e_p50_s"] / args.max_new_tokens
+    print(
+        "hooks on a co-located server's hot path, per call (role none): "
+        + ", ".join(f"{k} {v:.2f} us" for k, v in costs.items())
+    )
+    print(f"per scheduler iteration: {per_iteration:.2f} us = {100 * per_iteration / step_us:.3f}%"
+          f" of this server's {step_us / 1e3:.2f} ms per token at {rates[0]:g}/s")  # fmt: skip
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
+    out.write_text(json.dumps({"args": vars(args), "results": results, "hook_costs_us": costs},
+                              indent=1))  # fmt: skip
     print(f"wrote {out}")
     return 0
 
