@@ -64,7 +64,8 @@ def hook(original, self, server_args, *args, **kwargs):
         # control socket; main_control_ingest broadcasts what it reads to the other ranks.
         self._pdd_main = MainDecodeState(config.control_port if _receives_requests() else None,
                                          host=config.control_host, vocab_size=vocab,
-                                         ttl_s=config.parked_ttl_s)  # fmt: skip
+                                         ttl_s=config.parked_ttl_s,
+                                         curve=config.control_curve())  # fmt: skip
         _dispatch_control_messages(self)
     logger.warning(
         "%s pid=%d role=%s cpu_kernel_standin=%s targets=%s",

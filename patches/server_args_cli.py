@@ -55,6 +55,17 @@ def hook(result, parser, *args, **kwargs):
         "reaches it on; 0.0.0.0: every interface).",
     )  # fmt: skip
     group.add_argument(
+        "--pdd-control-curve-secret", default="",
+        help="Main-Decode: this server's CURVE key pair (a NAME.key_secret file from "
+        "sglang-pdd control-keys). With --pdd-control-curve-clients, the control socket is "
+        "encrypted and only routers whose public key is in that folder can reach it.",
+    )  # fmt: skip
+    group.add_argument(
+        "--pdd-control-curve-clients", default="",
+        help="Main-Decode: folder of the public keys (NAME.key files) of the routers allowed on "
+        "the control socket (with --pdd-control-curve-secret).",
+    )  # fmt: skip
+    group.add_argument(
         "--pdd-seeded-sampling", action="store_true",
         help="Sample with SGLang's seeded sampler (per-position hash of sampling_seed) on "
         "this server without --enable-deterministic-inference, so that a seeded request gives "

@@ -53,6 +53,8 @@ def hook(server_args, cls, args, *rest, **kwargs):
         seeded_sampling=bool(getattr(args, "pdd_seeded_sampling", False)),
         experimental_tp=bool(getattr(args, "pdd_experimental_tp", False)),
         parked_ttl_s=float(getattr(args, "pdd_parked_ttl_s", 600.0)),
+        control_curve_secret=getattr(args, "pdd_control_curve_secret", ""),
+        control_curve_clients=getattr(args, "pdd_control_curve_clients", ""),
     )
     config.check_against(
         getattr(args, "disaggregation_mode", "null"),

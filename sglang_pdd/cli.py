@@ -16,6 +16,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "tiny-model": ("sglang_pdd.testbed.tiny_model:main", "write a small random Llama model"),
     "router": ("sglang_pdd.router.cli:main", "run the PDD router in front of P, RLD and MD"),
     "wan-link": ("sglang_pdd.transfer.wan_proxy:main", "emulated-WAN TCP proxy (bandwidth, delay)"),
+    "control-keys": (
+        "sglang_pdd.main_decode.control_auth:main",
+        "write CURVE key pairs for the Main-Decode control socket",
+    ),
     "pd-lb": ("sglang_pdd.testbed.pd_lb:main", "SGLang PD's load balancer (benchmarks)"),
     "hooks": ("sglang_pdd.patches:print_record", "print every hook sglang-pdd puts into SGLang"),
     "sim": ("sglang_pdd.sim.cli:sim_main", "simulate one cluster configuration on a trace"),

@@ -36,6 +36,10 @@ class PddServerConfig:
     # Main-Decode only: a request with no control activity this long (parked with no handoff
     # or release, or watched and never parked) is ended and forgotten.
     parked_ttl_s: float = 600.0
+    # Main-Decode only: CURVE keys of the control socket (main_decode/control_auth.py); both
+    # or neither.
+    control_curve_secret: str = ""
+    control_curve_clients: str = ""
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -57,9 +61,26 @@ class PddServerConfig:
             raise ValueError("--pdd-experimental-tp is only accepted with --pdd-role main")
         if self.role != "main" and self.control_host != "0.0.0.0":
             raise ValueError("--pdd-control-host is only accepted with --pdd-role main")
+        curve = (self.control_curve_secret, self.control_curve_clients)
+        if any(curve) and self.role != "main":
+            raise ValueError("--pdd-control-curve-secret and --pdd-control-curve-clients are "
+                             "only accepted with --pdd-role main")  # fmt: skip
+        if any(curve) and not all(curve):
+            raise ValueError("--pdd-control-curve-secret and --pdd-control-curve-clients go "
+                             "together: MD's key pair and the routers' public keys")  # fmt: skip
+        if all(curve):
+            self.control_curve()  # unreadable keys are refused at start, naming the flag
         if not self.control_host or any(c.isspace() or c in "/:" for c in self.control_host):
             raise ValueError(f"--pdd-control-host takes an IPv4 address or host name, got "
                              f"{self.control_host!r}")  # fmt: skip
+
+    def control_curve(self):
+        """The control socket's CURVE keys (a ``CurveServer``), or None when not set."""
+        if not self.control_curve_secret:
+            return None
+        from sglang_pdd.main_decode.control_auth import CurveServer
+
+        return CurveServer(self.control_curve_secret, self.control_curve_clients)
 
     def check_against(self, disaggregation_mode: str, decode_radix_cache: bool) -> None:
         """Refuse combinations with SGLang's own flags that cannot work."""

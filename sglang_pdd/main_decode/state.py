@@ -43,16 +43,24 @@ class MainDecodeState:
     """Lives on the scheduler (``scheduler._pdd_main``); driven once per scheduler iteration."""
 
     def __init__(self, control_port: int | None, host: str = "0.0.0.0",
-                 vocab_size: int | None = None, ttl_s: float = 600.0) -> None:  # fmt: skip
+                 vocab_size: int | None = None, ttl_s: float = 600.0,
+                 curve=None) -> None:  # fmt: skip
         """``control_port`` None: a scheduler rank without the socket (TP ranks other than the
         one that receives requests): it applies the control messages rank 0 reads, which reach
         it through SGLang's request broadcast, and sends nothing. ``ttl_s``: a request with no
-        control activity that long is ended (``--pdd-parked-ttl-s``)."""
+        control activity that long is ended (``--pdd-parked-ttl-s``). ``curve``: a
+        ``control_auth.CurveServer``, or None for an unauthenticated socket."""
         self.vocab_size = vocab_size
         self.idle = IdleClock(ttl_s)
         self.socket = None
+        self.auth = None  # CURVE's authenticator thread, when the socket has keys
         if control_port is not None:
-            self.socket = zmq.Context.instance().socket(zmq.ROUTER)
+            # With keys, a context of its own: its authenticator then judges this socket
+            # only, never SGLang's sockets on the shared context.
+            context = zmq.Context() if curve is not None else zmq.Context.instance()
+            self.socket = context.socket(zmq.ROUTER)
+            if curve is not None:
+                self.auth = curve.secure(self.socket)
             self.socket.setsockopt(zmq.LINGER, 0)
             # A peer sending more than this is disconnected by ZeroMQ before MD reads anything.
             self.socket.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_MESSAGE_BYTES)
@@ -60,7 +68,8 @@ class MainDecodeState:
             # connection takes the identity over from the old one, which may linger.
             self.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
             self.socket.bind(f"tcp://{host}:{control_port}")
-            logger.info("sglang-pdd: Main-Decode control socket on port %d", control_port)
+            logger.info("sglang-pdd: Main-Decode control socket on port %d (%s)", control_port,
+                        "CURVE" if curve is not None else "no authentication")  # fmt: skip
         self.parked: dict[str, object] = {}  # rid -> Req with its prompt KV in place
         self.parked_at: dict[str, float] = {}
         self.watchers: dict[str, bytes] = {}  # rid -> ZeroMQ identity of the router

@@ -121,6 +121,18 @@ def build_parser() -> argparse.ArgumentParser:
         "after (with the ids Relay-Decode streamed meanwhile; RLD serves until MD takes one)",
     )
     p.add_argument(
+        "--control-curve-secret",
+        default="",
+        help="this router's CURVE key pair (a NAME.key_secret file from sglang-pdd "
+        "control-keys), for Main-Decodes started with --pdd-control-curve-secret; their "
+        "--pdd-control-curve-clients folder must hold this router's NAME.key",
+    )
+    p.add_argument(
+        "--control-curve-server",
+        default="",
+        help="Main-Decode's CURVE public key (the NAME.key of its --pdd-control-curve-secret)",
+    )
+    p.add_argument(
         "--control-timeout-s",
         type=float,
         default=5.0,
@@ -209,6 +221,8 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         handoff_retry_s=args.handoff_retry_s,
         migration_limit=args.migration_limit,
         control_timeout_s=args.control_timeout_s,
+        control_curve_secret=args.control_curve_secret,
+        control_curve_server=args.control_curve_server,
         api_key=args.api_key,
         instance_api_key=args.instance_api_key,
         main_transfer_start=args.main_transfer_start,

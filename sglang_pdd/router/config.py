@@ -70,6 +70,10 @@ class RouterConfig:
     # Every instance runs --pdd-seeded-sampling: a seeded request with temperature > 0 draws
     # the same tokens on each, so the router accepts it (else it refuses sampling_seed).
     seeded_sampling: bool = False
+    # CURVE keys for every Main-Decode control connection (main_decode/control_auth.py): this
+    # router's key pair and the public key MD's were made with; both or neither.
+    control_curve_secret: str = ""
+    control_curve_server: str = ""
 
     def __post_init__(self) -> None:
         if not self.prefill:
@@ -117,6 +121,19 @@ class RouterConfig:
                              f"{self.migration_limit}")  # fmt: skip
         if self.cache_block_tokens < 1:
             raise ValueError("--cache-block-tokens must be >= 1")
+        curve = (self.control_curve_secret, self.control_curve_server)
+        if any(curve) and not all(curve):
+            raise ValueError("--control-curve-secret and --control-curve-server go together: "
+                             "the router's key pair and Main-Decode's public key")  # fmt: skip
+        self.control_curve()  # unreadable keys are refused at start, naming the flag
+
+    def control_curve(self):
+        """The control connections' CURVE keys (a ``CurveClient``), or None when not set."""
+        if not self.control_curve_secret:
+            return None
+        from sglang_pdd.main_decode.control_auth import CurveClient
+
+        return CurveClient(self.control_curve_secret, self.control_curve_server)
 
 
 def _check_url(url: str, flag: str) -> None:

@@ -32,7 +32,8 @@ class MainControlClient:
     """A ZeroMQ DEALER to one Main-Decode; routes its events to per-request queues."""
 
     def __init__(self, endpoint: str, instance: str | None = None,
-                 send_timeout_ms: int = SEND_TIMEOUT_MS) -> None:  # fmt: skip
+                 send_timeout_ms: int = SEND_TIMEOUT_MS, curve=None) -> None:  # fmt: skip
+        """``curve``: a ``control_auth.CurveClient`` for a Main-Decode with CURVE keys."""
         self.endpoint = endpoint
         self.send_timeout_ms = send_timeout_ms
         self.instance = instance or endpoint  # named in errors (MD's HTTP URL)
@@ -52,6 +53,8 @@ class MainControlClient:
         # A fixed identity survives reconnects: Main-Decode keeps routing this router's events
         # to it, and only this router may act on the requests it watched.
         self._socket.setsockopt(zmq.ROUTING_ID, f"pdd-router-{uuid.uuid4().hex}".encode())
+        if curve is not None:
+            curve.secure(self._socket)
         self._socket.connect(endpoint)
         self._queues: dict[str, asyncio.Queue] = {}
         self._reader: asyncio.Task | None = None

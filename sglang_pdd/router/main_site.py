@@ -47,10 +47,11 @@ class MainSite:
     """One Main-Decode as the router sees it."""
 
     def __init__(self, endpoint: MainEndpoint, link: LinkModelConfig, block_tokens: int,
-                 capacity_blocks: int, control_timeout_s: float = 5.0) -> None:  # fmt: skip
+                 capacity_blocks: int, control_timeout_s: float = 5.0,
+                 curve=None) -> None:  # fmt: skip
         self.endpoint = endpoint
         self.control = MainControlClient(endpoint.control, endpoint.url,
-                                         int(control_timeout_s * 1000))  # fmt: skip
+                                         int(control_timeout_s * 1000), curve=curve)  # fmt: skip
         self.transfers = MainTransfers(LiveLinkModel(link), block_tokens)
         self.subscriber: KvEventSubscriber | None = None
         if endpoint.kv_events:

@@ -45,6 +45,7 @@ class RouterState:
                 config.cache_block_tokens,
                 config.cache_capacity_blocks,
                 config.control_timeout_s,
+                config.control_curve(),
             )
             for m in config.main
         }
