@@ -250,6 +250,7 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
     (``handoff_mode``, ``catchup_threshold``, ``catchup_chunk``, ``ttft_slo_s``,
     ``upstream_keepalive_s``, ``auto_relay_busy_fraction``, ``upstream_idle_timeout_s``,
     ``seeded_sampling``, ``api_key``, ``handoff_retry_s``, ``migration_limit``,
+    ``control_curve`` (a (secret file, MD public key file) pair),
     ``control_timeout_s``), and
     ``relay_url`` reaches Relay-Decode another way (e.g. through a slow proxy), ``mains`` replaces
     the Main-Decodes it routes to."""
@@ -261,6 +262,7 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
             "incremental_streaming_output": cfg.incremental_streams,
             "upstream_idle_timeout_s": 600.0, "seeded_sampling": cfg.seeded_sampling,
             "api_key": None, "handoff_retry_s": 0.5, "migration_limit": 2,
+            "control_curve": None,
             # Tests stall control links on purpose (SIGSTOP on a proxy) for as long as they
             # need: a short control timeout would turn that into a dropped connection.
             "control_timeout_s": 600.0}  # fmt: skip
@@ -286,6 +288,8 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
         *(("--incremental-streaming-output",) if opts["incremental_streaming_output"] else ()),
         *(("--seeded-sampling",) if opts["seeded_sampling"] else ()),
         *(("--api-key", opts["api_key"]) if opts["api_key"] else ()),
+        *(("--control-curve-secret", str(opts["control_curve"][0]), "--control-curve-server",
+           str(opts["control_curve"][1])) if opts["control_curve"] else ()),
         "--wan-bandwidth-mbps", str(cfg.wan.bandwidth_mbps),
         "--wan-rtt-ms", str(2 * cfg.wan.one_way_delay_ms)), port)  # fmt: skip
     # /get_model_info answers once the router has connected to every instance; its /health

@@ -48,3 +48,59 @@ def test_malformed_control_messages_leave_main_decode_serving(pdd_cluster, coloc
     assert (
         got.status == 200 and got.output_ids == generate(colocated.url, _greedy(ids, 32)).output_ids
     )
+
+
+def test_a_main_decode_with_curve_keys_serves_its_router_and_refuses_other_peers(
+    server_group, pdd_cluster, colocated, tmp_path
+):
+    """MD started with CURVE keys: the router holding an accepted key hands requests off to it
+    as usual (output equal to the co-located server's), while a peer with another key, through
+    the same WAN link, fails the handshake."""
+    import shutil
+
+    from zmq.utils.monitor import recv_monitor_message
+
+    from sglang_pdd.main_decode.control_auth import CurveClient, write_keys
+    from sglang_pdd.testbed.cluster import add_main_decode, start_router
+
+    keys, clients = tmp_path / "keys", tmp_path / "clients"
+    write_keys(str(keys), ["main", "router", "intruder"])
+    clients.mkdir()
+    shutil.copy(keys / "router.key", clients)
+    name = "main-curve"
+    site = add_main_decode(server_group, pdd_cluster, name, extra_args=(
+        "--pdd-control-curve-secret", str(keys / "main.key_secret"),
+        "--pdd-control-curve-clients", str(clients)))  # fmt: skip
+    try:
+        assert "(CURVE)" in site.server.log_text()  # the control socket has its keys
+        curve = (keys / "router.key_secret", keys / "main.key")
+        router = start_router(server_group, pdd_cluster, name=f"router-{name}", mains=[site],
+                              control_curve=curve)  # fmt: skip
+        rng = random.Random(78)
+        ids = [rng.randrange(10, 250) for _ in range(300)]
+        body = {**_greedy(ids, 200), "sampling_params": {"temperature": 0.0,
+                                                          "max_new_tokens": 200,
+                                                          "ignore_eos": True}}  # fmt: skip
+        got = generate(router.url, body)
+        assert got.status == 200, got.body
+        assert got.output_ids == generate(colocated.url, body).output_ids
+        record = got.body["meta_info"]["pdd"]
+        # MD's "ready" came over the authenticated socket (else no handoff could be made).
+        assert record["main_ready_s"] is not None, record
+        intruder = zmq.Context.instance().socket(zmq.DEALER)
+        intruder.setsockopt(zmq.LINGER, 0)
+        CurveClient(str(keys / "intruder.key_secret"), str(keys / "main.key")).secure(intruder)
+        monitor = intruder.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+        try:
+            intruder.connect(site.control_via_wan)
+            intruder.send(json.dumps({"op": "watch", "rid": "x.pdd-relayed"}).encode())
+            assert monitor.poll(60_000), "the intruder's handshake was never refused"
+            assert recv_monitor_message(monitor)["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH
+        finally:
+            intruder.disable_monitor()
+            monitor.close()
+            intruder.close()
+        server_group.stop_named(f"router-{name}")
+    finally:
+        server_group.stop_named(name, f"wan-http-{name}", f"wan-control-{name}",
+                                f"wan-kv-events-{name}")  # fmt: skip
