@@ -241,6 +241,40 @@ def test_client_disconnect_aborts_everywhere(pdd_cluster, held_router, held_link
     _assert_nothing_held(pdd_cluster)
 
 
+def test_a_client_leaving_touches_no_request_whose_rid_its_rid_prefixes(pdd_cluster, colocated):
+    """Client A's rid is a prefix of client B's (and looks like one of A's sub-requests under a
+    rid-prefix scheme). A leaves mid-stream and the router aborts A everywhere; B, in flight
+    all along, finishes with the co-located server's output."""
+    from sglang_pdd.testbed.held_links import generate_acting_at
+
+    router = pdd_cluster.router_url
+    victim = {**_held_body(make_prompt(random.Random(5), 300), 4000), "rid": "pre.relay"}
+    expected = generate(colocated.url, {k: v for k, v in victim.items() if k != "rid"})
+    host, port = router.removeprefix("http://").split(":")
+
+    def leave_with_a_prefix_rid() -> None:
+        body = {**_held_body(make_prompt(random.Random(6), 300), 4000), "stream": True,
+                "rid": "pre"}  # fmt: skip
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        try:
+            conn.request("POST", "/generate", json.dumps(body),
+                         {"Content-Type": "application/json"})  # fmt: skip
+            conn.getresponse().readline()  # A's first chunk has come...
+        finally:
+            conn.close()  # ...and A goes away
+        deadline = time.monotonic() + 120
+        while live_record(router, "pre") is not None:
+            assert time.monotonic() < deadline, "the router never ended A"
+            time.sleep(0.05)
+        assert live_record(router, "pre.relay") is not None, "B ended before A was aborted"
+
+    got = generate_acting_at(router, victim, stream=True, when=lambda r: r["relay_tokens"] >= 1,
+                             what="B's first tokens", act=leave_with_a_prefix_rid)  # fmt: skip
+    assert got.status == 200, got.body
+    assert got.output_ids == expected.output_ids
+    wait_router_settled(router)
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
 def test_a_silent_relay_ends_the_request_within_the_idle_limit(impatient_router, held_links,
                                                                pdd_cluster, stream):  # fmt: skip
