@@ -18,7 +18,9 @@ Rules:
   nothing more is sent; RLD finishing first (with no final handoff pending) ends the request
   on RLD whatever was handed before;
 * a ``ready`` after the first is MD answering a redialed control connection: what it says MD
-  holds is the truth, and a chunk or final handoff lost in the gap is made again.
+  holds is the truth, and a chunk or final handoff lost in the gap is made again;
+* RLD failing while MD is ready makes the final handoff at once with every id the client has
+  (once a chunk in flight is answered), whatever the policy.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class RelayedHandoff:
         self.done = False  # MD took the final handoff: it decodes the request now
         self.refused = False  # MD refused a handoff: the request stays on RLD
         self.deferrals = 0
+        self.relay_gone = False  # RLD failed with MD ready: MD takes every id at once
         self._extended = 0  # ids MD holds KV for (Catch-Up chunks it extended)
         self._retry_at = 0.0
 
@@ -100,6 +103,11 @@ class RelayedHandoff:
             return True
         return False
 
+    def relay_lost(self) -> None:
+        """RLD failed while MD holds the KV: the final handoff goes as soon as nothing else is
+        in flight, with every id the client has (none: MD continues from P's first token)."""
+        self.relay_gone = True
+
     def main_refused(self) -> None:
         """MD refused a handoff (the request will finish on RLD): nothing more goes to MD."""
         self.final_pending = self.chunk_in_flight = False
@@ -108,18 +116,26 @@ class RelayedHandoff:
     def next_step(self, relay_load: float, now: float = 0.0) -> HandoffStep | None:
         """What to send MD now (and record it as sent), or None to wait."""
         if (self.done or self.refused or self.final_pending or not self.ready
-                or self.chunk_in_flight or self.relayed <= self.handed
-                or now < self._retry_at):  # fmt: skip
+                or self.chunk_in_flight or now < self._retry_at):  # fmt: skip
+            return None
+        if self.relay_gone:
+            self.mode = self.mode or "one-shot"
+            return self._final()
+        if self.relayed <= self.handed:
             return None
         backlog = self.relayed - self.handed
         plan = self.policy.plan(backlog, relay_load)
         self.mode = self.mode or plan.mode
         chunk = min(plan.tokens_now, backlog - 1)
-        self.chunks += 1
         if plan.relay_continues and chunk > 0 and not self.deferrals:
+            self.chunks += 1
             self.handed += chunk
             self.chunk_in_flight = True
             return HandoffStep(CHUNK, self.handed)
+        return self._final()
+
+    def _final(self) -> HandoffStep:
+        self.chunks += 1
         self.handed = self.relayed
         self.final_pending = True
         return HandoffStep(FINAL, self.handed)

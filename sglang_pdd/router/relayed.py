@@ -95,6 +95,7 @@ class RelayedPipeline:
 
     async def _relayed(self):
         relay_rid, main_rid = self.ids.relay, self.ids.relayed
+        self._relay_lost: Exception | None = None  # RLD's failure, once MD took over for it
         control = self.router.control_for(self.main)
         events = await control.watch(main_rid)
         room1, room2 = random.getrandbits(63), random.getrandbits(63)
@@ -195,11 +196,12 @@ class RelayedPipeline:
             if state.done:
                 break
             for value in replay:
-                if value is _END:
-                    raise UpstreamError(502, {"error": {"message": "relay stream ended"}},
-                                        self.relay_url)  # fmt: skip
-                if isinstance(value, Exception):
-                    await self._raise_prefill_error(prefill1, value)
+                if value is _END or isinstance(value, Exception):
+                    failure = await self._relay_failure(prefill1, value)
+                    if not state.ready or state.refused or self._relay_lost is not None:
+                        raise failure  # the request migrates (router/migration.py)
+                    self._take_over_from_lost_relay(state, failure)
+                    break
                 ids = value["output_ids"]
                 if ids and not relay_ids:
                     self.router.note_prefill_time(self._since())
@@ -238,9 +240,32 @@ class RelayedPipeline:
                                              early=early_main):  # fmt: skip
             yield event
 
+    async def _relay_failure(self, prefill1: asyncio.Task, value) -> Exception:
+        """What RLD's stream ending early means: P's own error when P failed (it validates
+        the prompt; raised), else the relay's."""
+        if value is _END:
+            value = UpstreamError(502, {"error": {"message": "relay stream ended"}},
+                                  self.relay_url)  # fmt: skip
+        if prefill1.done() and not prefill1.cancelled() and prefill1.exception() is not None:
+            raise prefill1.exception()
+        return value
+
+    def _take_over_from_lost_relay(self, state: RelayedHandoff, failure: Exception) -> None:
+        """RLD failed while MD holds the KV ready: MD takes every id the client has at once,
+        with no new prefill (a migration would start over on P)."""
+        logger.warning("sglang-pdd router: %s: Relay-Decode failed (%s); Main-Decode, ready, "
+                       "takes over at once", self.rid, failure)  # fmt: skip
+        self._relay_lost = failure
+        self.record.relay_failed = str(failure)[:300]
+        self.router.health.mark_down(self.relay_url)
+        state.relay_lost()
+
     def _stay_on_relay(self, state: RelayedHandoff, reason: str) -> None:
         """MD cannot take the request (it refused a handoff, or its stream failed before it
-        answered one): RLD, which is still serving it, finishes it."""
+        answered one): RLD, which is still serving it, finishes it; if RLD failed already,
+        the request migrates."""
+        if self._relay_lost is not None:
+            raise self._relay_lost
         logger.warning("sglang-pdd router: %s: no handoff to Main-Decode (%s); finishing on "
                        "Relay-Decode", self.rid, reason)  # fmt: skip
         self.record.main_refused = reason

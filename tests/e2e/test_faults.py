@@ -112,9 +112,8 @@ def test_main_decode_killed_while_the_request_is_parked_relay_decode_finishes_it
     wait_router_settled(router.url)
 
 
-@pytest.fixture
-def doomed_relay(server_group, tiny_model, pdd_cluster):
-    """A Relay-Decode of this test's own, and a router using it beside the cluster's MD (over a
+def _doomed_relay(server_group, tiny_model, pdd_cluster, **router_overrides):
+    """A Relay-Decode of the test's own, and a router using it beside the cluster's MD (over a
     control link of its own that the test can stall)."""
     from dataclasses import replace
 
@@ -130,10 +129,23 @@ def doomed_relay(server_group, tiny_model, pdd_cluster):
                                pdd_cluster.config.wan)  # fmt: skip
     site = replace(main, control_via_wan=control.url.replace("http://", "tcp://"))
     router = start_router(server_group, pdd_cluster, name=f"router-{name}", relay_url=relay.url,
-                          mains=[site])  # fmt: skip
+                          mains=[site], **router_overrides)  # fmt: skip
     yield relay, control, router
     control.resume()
     server_group.stop_named(router.name, control.name, name)
+
+
+@pytest.fixture
+def doomed_relay(server_group, tiny_model, pdd_cluster):
+    yield from _doomed_relay(server_group, tiny_model, pdd_cluster)
+
+
+@pytest.fixture
+def doomed_relay_slow_catch_up(server_group, tiny_model, pdd_cluster):
+    """As ``doomed_relay``, with Catch-Up in chunks of one id: MD, once ready, lags RLD for as
+    long as RLD serves."""
+    yield from _doomed_relay(server_group, tiny_model, pdd_cluster, handoff_mode="catch-up",
+                             catchup_threshold=4, catchup_chunk=1)  # fmt: skip
 
 
 def test_relay_decode_killed_before_the_handoff_main_decode_takes_the_request(
@@ -228,3 +240,45 @@ def test_draining_main_decode_moves_its_streams_and_takes_no_new_work(doomed_mai
     assert again.status == 200 and again.output_ids == _reference(colocated, body)
     assert again.body["meta_info"]["pdd"]["pipeline"] == "P-RLD-MD"
     wait_router_settled(router.url)
+
+
+def test_relay_decode_killed_with_main_decode_ready_main_decode_takes_over_at_once(
+    doomed_relay_slow_catch_up, colocated
+):
+    """RLD dies while MD, ready with the KV, is catching up: the router hands MD every id the
+    client has at once (no new prefill, no migration), and RLD leaves rotation."""
+    relay, control, router = doomed_relay_slow_catch_up
+    body = _greedy(random.Random(59), 400, 4000)
+    expected = _reference(colocated, body)
+    control.pause()  # MD's ready waits until RLD is well ahead (Catch-Up, not one final step)
+    try:
+        result = generate_acting_at(
+            router.url,
+            body,
+            stream=True,
+            when=_relay_streams,
+            what="Relay-Decode's tokens",
+            act=lambda: _kill_once_main_is_ready(router, body["rid"], control, relay),
+        )
+    finally:
+        control.resume()
+    assert result.status == 200, result.body
+    assert result.output_ids == expected
+    pdd = result.body["meta_info"]["pdd"]
+    assert pdd["finished_on"] == "main" and pdd["migrations"] == [], pdd
+    assert pdd["relay_failed"] and pdd["handoff_tokens"] == pdd["relay_tokens"] >= 20, pdd
+    info = requests.get(f"{router.url}/get_server_info", timeout=30).json()["pdd_router"]
+    assert relay.url in info["out_of_rotation"], info
+    wait_router_settled(router.url)
+
+
+def _kill_once_main_is_ready(router, rid, control, relay) -> None:
+    from sglang_pdd.testbed.held_links import HANG_S, live_record
+
+    control.resume()
+    deadline = time.monotonic() + HANG_S
+    while (record := live_record(router.url, rid)) is None or record["handoff_chunks"] < 1:
+        assert record is not None, "the request ended before Main-Decode was ready"
+        assert time.monotonic() < deadline, "Main-Decode never became ready"
+        time.sleep(0.01)
+    _kill(relay)

@@ -173,3 +173,26 @@ def test_a_rewatch_with_nothing_in_flight_changes_nothing():
     state.main_ready()
     assert state.main_rewatched(0) is False
     assert state.next_step(0.0) == HandoffStep(FINAL, 10)
+
+
+def test_relay_lost_with_main_ready_hands_every_id_at_once_after_a_chunk_in_flight():
+    state = _state("catch-up", threshold=4, chunk=1)  # chunks of 1: Catch-Up would never end
+    state.relay_progress(50)
+    state.main_ready()
+    assert state.next_step(0.0) == HandoffStep(CHUNK, 1)
+    state.relay_progress(60)
+    state.relay_lost()
+    assert state.next_step(0.0) is None  # the chunk in flight is answered first
+    state.chunk_extended()
+    assert state.next_step(0.0) == HandoffStep(FINAL, 60)  # whatever the policy says
+    state.final_taken()
+    assert state.done and state.mode == "catch-up"
+
+
+def test_relay_lost_before_its_first_id_hands_md_an_empty_handoff():
+    state = _state()
+    state.main_ready()
+    state.relay_lost()
+    # MD continues from P's first token, as plain PD would.
+    assert state.next_step(0.0) == HandoffStep(FINAL, 0)
+    assert state.mode == "one-shot" and state.final_pending
