@@ -162,7 +162,10 @@ def run_cluster(args) -> list[Case]:
         print(f"starting the cluster (logs: {tmp / 'logs'}) ...", flush=True)
         cluster = start_cluster(group, PddClusterConfig(
             model_path=str(model), dtype="float32", wan=link, ttft_slo_s=0.0,
-            max_total_tokens=65536))  # fmt: skip
+            max_total_tokens=65536,
+            # Only new ids per chunk: SGLang's cumulative streams grow quadratically and, on
+            # an 8 Mbit/s link, MD's answers queued behind each other (seconds of "stall").
+            incremental_streams=True))  # fmt: skip
         control = start_link_proxy(group, "held-control", cluster.mains[0].control_port, link)
         gate = RelayGate(cluster.relay.url)
         site = replace(cluster.mains[0], control_via_wan=control.url.replace("http", "tcp"))
@@ -208,7 +211,7 @@ def measure(router, gate, control, mode, load, context, handed, repeats, kv_per_
         gate.arm(handed)
         try:
             with ThreadPoolExecutor(1) as pool:
-                future = pool.submit(generate, router, body, True)
+                future = pool.submit(generate, router, body, True, 600, True)
                 while not gate.holding.wait(0.05):
                     if future.done():
                         raise EndedEarly(f"ended before {handed} ids: {future.result().body}")
