@@ -195,6 +195,7 @@ async def server_info(request):
         "relay_loads": dict(state.relay_loads),
         "out_of_rotation": sorted(state.health.out_of_rotation()),
         "draining": sorted(state.health.draining),
+        "stopping": sorted(state.health.stopping),
         "prefill_estimate_s": state.prefill_estimate_s,
         "mains": {url: site.describe() for url, site in state.mains.items()}}})  # fmt: skip
 

@@ -121,6 +121,14 @@ def build_parser() -> argparse.ArgumentParser:
         "after (with the ids Relay-Decode streamed meanwhile; RLD serves until MD takes one)",
     )
     p.add_argument(
+        "--instance-check-interval-s",
+        type=float,
+        default=2.0,
+        help="ask each decoding instance for /ready this often; one answering 503 (SGLang's "
+        "graceful shutdown after SIGTERM, or paused) is drained: its requests move elsewhere "
+        "and it gets no new ones until /ready answers 200 again (0: never ask)",
+    )
+    p.add_argument(
         "--control-curve-secret",
         default="",
         help="this router's CURVE key pair (a NAME.key_secret file from sglang-pdd "
@@ -222,6 +230,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         migration_limit=args.migration_limit,
         control_timeout_s=args.control_timeout_s,
         control_curve_secret=args.control_curve_secret,
+        instance_check_interval_s=args.instance_check_interval_s,
         control_curve_server=args.control_curve_server,
         api_key=args.api_key,
         instance_api_key=args.instance_api_key,

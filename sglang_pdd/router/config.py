@@ -53,6 +53,10 @@ class RouterConfig:
     # router then watches its requests again), and a message that cannot be sent this long
     # fails (the request stays on Relay-Decode, or migrates).
     control_timeout_s: float = 5.0
+    # Each decoding instance in rotation is asked for /ready this often; one answering 503
+    # (SGLang's graceful shutdown after SIGTERM, or paused) is drained until it answers 200.
+    # 0: never asked.
+    instance_check_interval_s: float = 2.0
     # How many times one request may continue on other instances after the one serving it
     # failed or went silent (greedy requests only; router/migration.py). 0: never.
     migration_limit: int = 2
@@ -116,6 +120,9 @@ class RouterConfig:
                             ("--instance-api-key", self.instance_api_key)):  # fmt: skip
             if value is not None and (not value or any(c.isspace() for c in value)):
                 raise ValueError(f"{flag} must be a non-empty key without spaces")
+        if self.instance_check_interval_s < 0:
+            raise ValueError(f"--instance-check-interval-s must be >= 0 (0: off), got "
+                             f"{self.instance_check_interval_s}")  # fmt: skip
         if self.migration_limit < 0:
             raise ValueError(f"--migration-limit must be >= 0 (0: never), got "
                              f"{self.migration_limit}")  # fmt: skip

@@ -18,9 +18,9 @@ from aiohttp import web
 from sglang_pdd.router.upstream import UpstreamError
 
 
-def draining_error(url: str) -> UpstreamError:
+def draining_error(url: str, cause: str = "POST /pdd/drain") -> UpstreamError:
     """What a request's stream from a draining instance ends with (it then migrates)."""
-    return UpstreamError(503, {"error": {"message": f"{url} is draining (POST /pdd/drain)",
+    return UpstreamError(503, {"error": {"message": f"{url} is draining ({cause})",
                                          "code": 503}}, url)  # fmt: skip
 
 
@@ -34,17 +34,23 @@ def _instance(request_body: dict, state) -> str:
     return url
 
 
+def move_requests_off(state, url: str) -> tuple[int, int]:
+    """Move every in-flight request on ``url`` elsewhere: (moved, finishing where it is)."""
+    moved = finishing = 0
+    for client in list(state.clients.values()):
+        verdict = client.evict(url)
+        moved += verdict is True
+        finishing += verdict is False
+    return moved, finishing
+
+
 async def drain(request: web.Request) -> web.Response:
     from sglang_pdd.router.app import STATE
 
     state = request.app[STATE]
     url = _instance(await request.json(), state)
     state.health.draining.add(url)
-    moved = finishing = 0
-    for client in list(state.clients.values()):
-        verdict = client.evict(url)
-        moved += verdict is True
-        finishing += verdict is False
+    moved, finishing = move_requests_off(state, url)
     return web.json_response({"draining": url, "moved": moved, "finishing": finishing})
 
 

@@ -216,7 +216,7 @@ class RelayedPipeline:
                     yield Finished(value["meta_info"]["finish_reason"],
                                    self.prompt_tokens, self.record)  # fmt: skip
                     return
-            if self.main.url in self.router.health.draining and not state.refused:
+            if self.router.health.is_draining(self.main.url) and not state.refused:
                 self._stay_on_relay(state, f"{self.main.url} is draining")
             step = state.next_step(self.router.relay_load(self.relay_url), time.monotonic())
             if step is None:

@@ -105,7 +105,7 @@ class ClientRun:
                     yield event
                 return
             except UpstreamError as exc:
-                if exc.instance is not None and exc.instance not in self.state.health.draining:
+                if exc.instance is not None and not self.state.health.is_draining(exc.instance):
                     self.state.health.mark_down(exc.instance)
                 why = migration_refused(exc, self.body, self.emitted, len(self.migrations),
                                         self.state.config.migration_limit)  # fmt: skip
@@ -119,7 +119,7 @@ class ClientRun:
     def evict(self, url: str) -> bool | None:
         """``url`` is draining: move this request off it (True), or, when it cannot migrate,
         let it finish there (False); None when it does not use ``url``."""
-        error = draining_error(url)
+        error = draining_error(url, self.state.health.drain_cause(url))
         why = migration_refused(error, self.body, self.emitted, len(self.migrations),
                                 self.state.config.migration_limit)  # fmt: skip
         if why is not None:

@@ -71,6 +71,7 @@ class RouterState:
         self._load_poller: asyncio.Task | None = None
         self.health = InstanceHealth()
         self._health_probe: asyncio.Task | None = None
+        self._ready_watch: asyncio.Task | None = None
         self.background: set = set()  # sub-requests outliving their client request
         self.live: dict = {}  # rid -> PddRecord of every request in flight (GET /pdd/requests)
         self.clients: dict = {}  # rid -> ClientRun of every request in flight (drain moves them)
@@ -112,7 +113,15 @@ class RouterState:
         self.kv_bytes_per_token = await self._kv_bytes_per_token()
         if self.config.relay:
             self._load_poller = asyncio.get_running_loop().create_task(self._poll_relay_loads())
-        self._health_probe = asyncio.get_running_loop().create_task(self.health.probe(self.session))
+        loop = asyncio.get_running_loop()
+        self._health_probe = loop.create_task(self.health.probe(self.session))
+        if self.config.instance_check_interval_s > 0:
+            from sglang_pdd.router.drain import move_requests_off
+
+            decoding = [*self.config.relay, *self.mains]
+            self._ready_watch = loop.create_task(self.health.watch_ready(
+                self.session, decoding, self.config.instance_check_interval_s,
+                lambda url: move_requests_off(self, url)))  # fmt: skip
 
     async def _poll_relay_loads(self, interval_s: float = 0.5) -> None:
         """Keep ``relay_loads`` current: the busier of KV-token usage and running-request use."""
@@ -160,7 +169,7 @@ class RouterState:
         return task
 
     async def close(self) -> None:
-        for task in (self._load_poller, self._health_probe):
+        for task in (self._load_poller, self._health_probe, self._ready_watch):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -92,6 +92,27 @@ def test_main_decode_killed_after_the_handoff_the_request_continues(doomed_main,
     wait_router_settled(router.url)
 
 
+def test_main_decode_sent_sigterm_mid_stream_moves_its_stream_and_exits(doomed_main, colocated):
+    """SIGTERM to a Main-Decode mid-stream (a rolling restart): SGLang's graceful shutdown
+    answers /ready with 503, the router drains MD (the request continues on RLD from the ids
+    the client has), and MD, left with no request, exits by itself."""
+    site, router = doomed_main
+    body = _greedy(random.Random(60), 400, 4000)
+    expected = _reference(colocated, body)
+    pid = site.server.proc.pid
+    result = generate_acting_at(router.url, body, stream=True, when=_main_streams,
+                                what="Main-Decode's first tokens",
+                                act=lambda: os.kill(pid, signal.SIGTERM))  # fmt: skip
+    assert result.status == 200, result.body
+    assert result.output_ids == expected
+    pdd = result.body["meta_info"]["pdd"]
+    assert len(pdd["migrations"]) == 1 and "stopping" in pdd["migrations"][0], pdd
+    assert site.server.proc.wait(timeout=300) is not None  # its graceful shutdown completed
+    info = requests.get(f"{router.url}/get_server_info", timeout=30).json()["pdd_router"]
+    assert site.http_via_wan in info["stopping"], info
+    wait_router_settled(router.url)
+
+
 def test_main_decode_killed_while_the_request_is_parked_relay_decode_finishes_it(
     doomed_main, colocated, server_group
 ):

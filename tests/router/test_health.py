@@ -53,3 +53,39 @@ def test_the_probe_puts_an_instance_back_once_its_health_answers():
 
     still_out, left = asyncio.run(run())
     assert still_out and left == {"http://127.0.0.1:1"}
+
+
+def test_an_instance_whose_ready_answers_503_is_drained_until_it_answers_200():
+    """SGLang answers /ready with 503 from SIGTERM on (its graceful shutdown): the watch drains
+    the instance once and puts it back when /ready answers 200 (restarted)."""
+
+    async def run():
+        answers = {"status": 200}
+        app = web.Application()
+        app.router.add_get("/ready", lambda _r: web.Response(status=answers["status"]))
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        health, drained = InstanceHealth(), asyncio.Queue()
+        import aiohttp
+
+        async with aiohttp.ClientSession() as session:
+            watch = asyncio.create_task(health.watch_ready(
+                session, [url, "http://127.0.0.1:1"], 0.01, drained.put_nowait))  # fmt: skip
+            answers["status"] = 503  # SIGTERM
+            first = await asyncio.wait_for(drained.get(), 60)
+            out = (url in health.out_of_rotation(), health.is_draining(url),
+                   health.drain_cause(url))  # fmt: skip
+            answers["status"] = 200  # restarted
+            while url in health.out_of_rotation():
+                await asyncio.sleep(0.01)
+            watch.cancel()
+        await runner.cleanup()
+        return first, out, drained.qsize(), health.out_of_rotation()
+
+    first, out, again, left = asyncio.run(run())
+    assert first.startswith("http://127.0.0.1:") and again == 0  # drained once, not per look
+    assert out == (True, True, "stopping: /ready answers 503")
+    assert left == frozenset()  # an unreachable instance is the failure probe's business
