@@ -167,7 +167,7 @@ def run_cluster(args) -> list[Case]:
             # an 8 Mbit/s link, MD's answers queued behind each other (seconds of "stall").
             incremental_streams=True))  # fmt: skip
         control = start_link_proxy(group, "held-control", cluster.mains[0].control_port, link)
-        gate = RelayGate(cluster.relay.url)
+        gate = RelayGate(cluster.relay.url, incremental=True)
         site = replace(cluster.mains[0], control_via_wan=control.url.replace("http", "tcp"))
         routers = {mode: start_router(group, cluster, name=f"router-{mode}", mains=[site],
                                       relay_url=gate.url, handoff_mode=mode,

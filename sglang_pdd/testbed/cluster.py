@@ -245,15 +245,15 @@ def _site(group, server, tag, control_port, events_port, wan) -> MainDecodeSite:
 
 def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
                  relay_url: str | None = None, mains: list[MainDecodeSite] | None = None,
-                 **overrides) -> ServerProcess:  # fmt: skip
+                 relays: list[str] | None = None, **overrides) -> ServerProcess:  # fmt: skip
     """Start a(nother) router in front of ``cluster``; ``overrides`` replace config fields
     (``handoff_mode``, ``catchup_threshold``, ``catchup_chunk``, ``ttft_slo_s``,
     ``upstream_keepalive_s``, ``auto_relay_busy_fraction``, ``upstream_idle_timeout_s``,
     ``seeded_sampling``, ``api_key``, ``handoff_retry_s``, ``migration_limit``,
     ``control_curve`` (a (secret file, MD public key file) pair),
     ``control_timeout_s``), and
-    ``relay_url`` reaches Relay-Decode another way (e.g. through a slow proxy), ``mains`` replaces
-    the Main-Decodes it routes to."""
+    ``relay_url`` reaches Relay-Decode another way (e.g. through a slow proxy), ``relays`` lists
+    several Relay-Decodes instead, ``mains`` replaces the Main-Decodes it routes to."""
     cfg = cluster.config
     opts = {"handoff_mode": cfg.handoff_mode, "catchup_threshold": cfg.catchup_threshold,
             "catchup_chunk": cfg.catchup_chunk, "ttft_slo_s": cfg.ttft_slo_s,
@@ -272,7 +272,8 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
     opts.update(overrides)
     port = free_port()
     router = group.launch_command(name, _cli(
-        "router", "--prefill", cluster.prefill.url, "--relay", relay_url or cluster.relay.url,
+        "router", "--prefill", cluster.prefill.url,
+        *(f for url in (relays or [relay_url or cluster.relay.url]) for f in ("--relay", url)),
         *_main_flags(mains or cluster.mains), "--port", str(port),
         "--handoff-mode", opts["handoff_mode"],
         "--catchup-threshold", str(opts["catchup_threshold"]),

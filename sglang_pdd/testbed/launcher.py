@@ -196,24 +196,41 @@ class ServerGroup:
     def launch(self, spec: ServerSpec) -> ServerProcess:
         """Start ``spec`` without waiting for it to be ready."""
         self._claim_name(spec.name)
-        port, nccl_port = free_port(), free_port()
+        port = free_port()
         bootstrap_port = free_port() if spec.role == "prefill" else None
+        server = self._spawn(spec, port, bootstrap_port, "wb")
+        self.servers.append(server)
+        return server
+
+    def _spawn(self, spec: ServerSpec, port: int, bootstrap_port: int | None,
+               log_mode: str) -> ServerProcess:  # fmt: skip
         env = {**os.environ, **(CPU_ENV if spec.cpu else {}), **dict(spec.env)}
         if spec.cpus:
             env["OMP_NUM_THREADS"] = str(core_count(spec.cpus))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{spec.name}.log"
-        with open(log_path, "wb") as log:
+        with open(log_path, log_mode) as log:
             proc = subprocess.Popen(
-                build_command(spec, port, nccl_port, bootstrap_port),
+                build_command(spec, port, free_port(), bootstrap_port),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
             )
-        server = ServerProcess(spec, port, log_path, proc, bootstrap_port)
-        self.servers.append(server)
-        return server
+        return ServerProcess(spec, port, log_path, proc, bootstrap_port)
+
+    def restart(self, server: ServerProcess, timeout: float = 300.0) -> ServerProcess:
+        """Start ``server``'s SGLang server again on the same ports (stopping it first if it
+        still runs), as an operator restarts a failed instance, and wait until it is ready.
+        Returns the new process; its log goes on in the same file."""
+        if server.spec is None:
+            raise ValueError(f"{server.name} is not an SGLang server: nothing to restart")
+        if server.alive():
+            server.stop()
+        again = self._spawn(server.spec, server.port, server.bootstrap_port, "ab")
+        self.servers[self.servers.index(server)] = again
+        self.wait_ready(again, timeout)
+        return again
 
     def launch_command(self, name: str, cmd: list[str], port: int) -> ServerProcess:
         """Start a non-SGLang helper (router, WAN proxy) that listens on ``port``."""

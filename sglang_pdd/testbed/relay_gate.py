@@ -24,8 +24,11 @@ _HOP_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive
 class RelayGate:
     """Run in a background thread of the test process; ``url`` is what the router dials."""
 
-    def __init__(self, target_url: str) -> None:
+    def __init__(self, target_url: str, incremental: bool = False) -> None:
+        """``incremental``: RLD streams only new ids per chunk (--incremental-streaming-output),
+        so the gate adds them up; else each chunk carries every id so far."""
         self.target = target_url.rstrip("/")
+        self.incremental = incremental
         self.port = free_port()
         self._loop = asyncio.new_event_loop()
         self._limit: int | None = None  # armed: the next stream holds at this many ids
@@ -107,7 +110,7 @@ class RelayGate:
             try:
                 async for line in upstream.content:
                     await resp.write(line)
-                    ids = max(ids, _ids_in(line))
+                    ids = ids + _ids_in(line) if self.incremental else max(ids, _ids_in(line))
                     while self._limit is not None and ids >= self._limit:
                         self.held_ids = ids
                         self._open.clear()
@@ -119,7 +122,7 @@ class RelayGate:
 
 
 def _ids_in(line: bytes) -> int:
-    """Output ids carried so far by one SSE line of SGLang's (cumulative) stream."""
+    """Output ids one SSE line of SGLang's stream carries (so far, or new ones)."""
     line = line.strip()
     if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
         return 0

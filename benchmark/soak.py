@@ -1,0 +1,241 @@
+"""Faults at random under steady load: no token lost or duplicated (issue 8).
+
+A local cluster on the CPU: P, two Relay-Decodes and two Main-Decodes (each MD behind WAN links
+of its own), a router over all of them, and a co-located server for reference. Greedy requests
+arrive at a steady rate, streamed. Meanwhile, every ``--fault-every-s`` seconds, one fault
+picked at random: ``kill -9`` of an RLD or an MD (restarted on the same ports
+``--restart-after-s`` later, as an operator's supervisor would), or a stall of an MD's HTTP or
+control link for ``--stall-s`` seconds. One fault at a time.
+
+At the end it prints: requests completed with the co-located server's output, failed cleanly
+(an error status or an error chunk: the client knows), lost or duplicated tokens (a request
+answered as complete whose output differs from the reference: must be 0), KV left allocated on
+every instance once the router has settled (must be 0), the faults injected, and the latency
+migrated requests added (their end-to-end time over what an unmigrated request of their
+length took: P50/P99).
+
+    bash scripts/with-env.sh python benchmark/soak.py --requests 500 --rate 1.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import requests
+
+from sglang_pdd.testbed.client import generate, wait_router_settled
+from sglang_pdd.testbed.cluster import PddClusterConfig, start_cluster, start_router
+from sglang_pdd.testbed.launcher import ServerGroup, ServerSpec
+
+FAULTS = ("kill-relay", "kill-main", "stall-main-http", "stall-main-control")
+
+
+class FaultInjector(threading.Thread):
+    """Injects one fault at a time until ``stop`` is set; ``log`` lists what it did."""
+
+    def __init__(self, group: ServerGroup, relays: list, mains: list, args) -> None:
+        super().__init__(daemon=True)
+        self.group, self.relays, self.mains, self.args = group, relays, mains, args
+        self.rng = random.Random(args.seed + 1)
+        self.stop = threading.Event()
+        self.log: list[dict] = []
+        self.error: BaseException | None = None
+
+    def _link(self, main_name: str, which: str):
+        return next(s for s in self.group.servers if s.name == f"wan-{which}-{main_name}"
+                    or (s.name == f"wan-{which}" and main_name == "main"))  # fmt: skip
+
+    def run(self) -> None:
+        try:
+            while not self.stop.wait(self.rng.uniform(0.5, 1.5) * self.args.fault_every_s):
+                self._one(self.rng.choice(FAULTS))
+        except BaseException as exc:  # reported by main(): a broken injector voids the run
+            self.error = exc
+
+    def _one(self, fault: str) -> None:
+        t0 = time.monotonic()
+        if fault.startswith("kill"):
+            pool = self.relays if fault == "kill-relay" else self.mains
+            i = self.rng.randrange(len(pool))
+            victim = pool[i]
+            os.killpg(victim.proc.pid, signal.SIGKILL)
+            victim.proc.wait(timeout=60)
+            time.sleep(self.args.restart_after_s)
+            pool[i] = self.group.restart(victim)
+            name = victim.name
+        else:
+            name = self.rng.choice(self.mains).name
+            link = self._link(name, "http" if fault == "stall-main-http" else "control")
+            link.link("stall")
+            time.sleep(self.args.stall_s)
+            link.link("restore")
+        self.log.append({"fault": fault, "instance": name,
+                         "s": round(time.monotonic() - t0, 1)})  # fmt: skip
+        print(f"  fault: {fault} {name} ({self.log[-1]['s']} s)", flush=True)
+
+
+def _bodies(args) -> list[dict]:
+    rng = random.Random(args.seed)
+    lo, hi = args.prompt_tokens
+    olo, ohi = args.max_new_tokens
+    return [{"rid": f"soak-{i}", "input_ids": [rng.randrange(10, 250)
+                                               for _ in range(rng.randint(lo, hi))],
+             "sampling_params": {"temperature": 0.0, "ignore_eos": True,
+                                 "max_new_tokens": rng.randint(olo, ohi)}}
+            for i in range(args.requests)]  # fmt: skip
+
+
+def _kv_left(servers: list) -> dict[str, int]:
+    """KV tokens each instance still holds once its cache is flushed (0 for every one)."""
+    left = {}
+    for server in servers:
+        deadline = time.monotonic() + 120
+        while requests.post(f"{server.url}/flush_cache", timeout=30).status_code != 200:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        loads = requests.get(f"{server.url}/v1/loads", timeout=30).json()
+        entry = loads["loads"][0] if isinstance(loads, dict) and "loads" in loads else loads
+        left[server.name] = int(entry.get("num_used_tokens", 0))
+    return left
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def _report(bodies, refs, results, faults, kv_left) -> dict:
+    completed = failed = wrong = 0
+    wrong_tokens = 0
+    per_token, migrated = [], []
+    for body, ref, res in zip(bodies, refs, results, strict=True):
+        error = res.status != 200 or "error" in (res.body or {})
+        if error:
+            failed += 1
+            continue
+        if res.output_ids != ref:
+            wrong += 1
+            same = next((i for i, (a, b) in enumerate(zip(res.output_ids, ref))
+                         if a != b), min(len(ref), len(res.output_ids)))  # fmt: skip
+            wrong_tokens += max(len(ref), len(res.output_ids)) - same
+            continue
+        completed += 1
+        pdd = res.body.get("meta_info", {}).get("pdd", {})
+        (migrated if pdd.get("migrations") else per_token).append((res.latency_s, len(ref)))
+    base = statistics.median(t / n for t, n in per_token) if per_token else float("nan")
+    added = [t - base * n for t, n in migrated]
+    return {"requests": len(bodies), "completed_identical": completed, "failed_cleanly": failed,
+            "lost_or_duplicated_requests": wrong, "lost_or_duplicated_tokens": wrong_tokens,
+            "migrated": len(migrated), "migrated_added_s_p50": _pct(added, 0.5),
+            "migrated_added_s_p99": _pct(added, 0.99), "faults": faults,
+            "kv_left_tokens": kv_left}  # fmt: skip
+
+
+def _range(text: str, flag: str) -> tuple[int, int]:
+    try:
+        lo, hi = (int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{flag}: give LOW,HIGH, got {text!r}") from None
+    if not 1 <= lo <= hi:
+        raise argparse.ArgumentTypeError(f"{flag}: need 1 <= LOW <= HIGH, got {text!r}")
+    return lo, hi
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap.add_argument("--requests", type=int, default=500)
+    ap.add_argument("--rate", type=float, default=1.5, help="arrivals per second (steady)")
+    ap.add_argument("--prompt-tokens", type=lambda t: _range(t, "--prompt-tokens"),
+                    default=(200, 800), help="LOW,HIGH")  # fmt: skip
+    ap.add_argument("--max-new-tokens", type=lambda t: _range(t, "--max-new-tokens"),
+                    default=(32, 300), help="LOW,HIGH")  # fmt: skip
+    ap.add_argument("--fault-every-s", type=float, default=20.0)
+    ap.add_argument("--restart-after-s", type=float, default=5.0)
+    ap.add_argument("--stall-s", type=float, default=3.0)
+    ap.add_argument("--json", default="out/soak.json")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.requests < 1 or args.rate <= 0 or args.fault_every_s <= 0:
+        ap.error("--requests must be >= 1, --rate and --fault-every-s > 0")
+    from sglang_pdd.testbed.tiny_model import TinyModelConfig, write_tiny_model
+
+    workdir = Path(tempfile.mkdtemp(prefix="sglang-pdd-soak-"))
+    model = str(write_tiny_model(workdir / "tiny-model", TinyModelConfig(seed=args.seed)))
+    bodies = _bodies(args)
+    with ServerGroup(log_dir=workdir / "logs") as group:
+        print(f"starting P, 2 RLDs, 2 MDs, a router and a reference (logs: {group.log_dir})",
+              flush=True)  # fmt: skip
+        cluster = start_cluster(group, PddClusterConfig(
+            model_path=model, mains=2, incremental_streams=True, log_transfers=False))  # fmt: skip
+        common = {"model_path": model, "dtype": "float32", "chunked_prefill_size": 512}
+        relay2, colocated = group.start(
+            ServerSpec("relay2", role="decode", extra_args=(
+                "--pdd-role", "relay", "--incremental-streaming-output"), **common),
+            ServerSpec("colocated", **common))  # fmt: skip
+        router = start_router(group, cluster, name="router-soak",
+                              relays=[cluster.relay.url, relay2.url])  # fmt: skip
+        print(f"{len(bodies)} references from the co-located server ...", flush=True)
+        with ThreadPoolExecutor(4) as pool:
+            refs = list(
+                pool.map(
+                    lambda b: (
+                        generate(
+                            colocated.url, {k: v for k, v in b.items() if k != "rid"}
+                        ).output_ids
+                    ),
+                    bodies,
+                )
+            )
+        relays = [cluster.relay, relay2]
+        mains = [site.server for site in cluster.mains]
+        injector = FaultInjector(group, relays, mains, args)
+        print(f"{len(bodies)} requests at {args.rate}/s with faults ...", flush=True)
+        start = time.monotonic()
+        injector.start()
+        with ThreadPoolExecutor(256) as pool:
+
+            def send(i_body):
+                i, body = i_body
+                time.sleep(max(0.0, start + i / args.rate - time.monotonic()))
+                return generate(router.url, body, stream=True, incremental=True)
+
+            results = list(pool.map(send, enumerate(bodies)))
+        injector.stop.set()
+        injector.join()
+        if injector.error is not None:
+            raise SystemExit(f"the fault injector failed: {injector.error!r}")
+        wait_router_settled(router.url)
+        kv_left = _kv_left([cluster.prefill, *injector.relays, *injector.mains])
+    report = _report(bodies, refs, results, injector.log, kv_left)
+    for key in ("requests", "completed_identical", "failed_cleanly",
+                "lost_or_duplicated_requests", "lost_or_duplicated_tokens", "migrated"):  # fmt: skip
+        print(f"{key:>30}: {report[key]}")
+    print(f"{'migrated, added s p50/p99':>30}: {report['migrated_added_s_p50']:.2f} / "
+          f"{report['migrated_added_s_p99']:.2f}")  # fmt: skip
+    counts = {f: sum(1 for x in report["faults"] if x["fault"] == f) for f in FAULTS}
+    print(f"{'faults':>30}: {counts}")
+    print(f"{'KV left (tokens)':>30}: {report['kv_left_tokens']}")
+    ok = report["lost_or_duplicated_tokens"] == 0 and not any(kv_left.values())
+    print(f"no token lost or duplicated, no KV left: {'yes' if ok else 'NO'}")
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"args": {k: v for k, v in vars(args).items()}, **report},
+                              indent=1, default=str))  # fmt: skip
+    print(f"wrote {out}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
