@@ -115,18 +115,18 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def _report(bodies, refs, results, faults, kv_left) -> dict:
+def _report(refs, results, faults, kv_left) -> dict:
     completed = failed = wrong = 0
     wrong_tokens = 0
     per_token, migrated = [], []
-    for body, ref, res in zip(bodies, refs, results, strict=True):
+    for ref, res in zip(refs, results, strict=True):
         error = res.status != 200 or "error" in (res.body or {})
         if error:
             failed += 1
             continue
         if res.output_ids != ref:
             wrong += 1
-            same = next((i for i, (a, b) in enumerate(zip(res.output_ids, ref))
+            same = next((i for i, (a, b) in enumerate(zip(res.output_ids, ref, strict=False))
                          if a != b), min(len(ref), len(res.output_ids)))  # fmt: skip
             wrong_tokens += max(len(ref), len(res.output_ids)) - same
             continue
@@ -135,7 +135,7 @@ def _report(bodies, refs, results, faults, kv_left) -> dict:
         (migrated if pdd.get("migrations") else per_token).append((res.latency_s, len(ref)))
     base = statistics.median(t / n for t, n in per_token) if per_token else float("nan")
     added = [t - base * n for t, n in migrated]
-    return {"requests": len(bodies), "completed_identical": completed, "failed_cleanly": failed,
+    return {"requests": len(results), "completed_identical": completed, "failed_cleanly": failed,
             "lost_or_duplicated_requests": wrong, "lost_or_duplicated_tokens": wrong_tokens,
             "migrated": len(migrated), "migrated_added_s_p50": _pct(added, 0.5),
             "migrated_added_s_p99": _pct(added, 0.99), "faults": faults,
@@ -218,9 +218,10 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"the fault injector failed: {injector.error!r}")
         wait_router_settled(router.url)
         kv_left = _kv_left([cluster.prefill, *injector.relays, *injector.mains])
-    report = _report(bodies, refs, results, injector.log, kv_left)
-    for key in ("requests", "completed_identical", "failed_cleanly",
-                "lost_or_duplicated_requests", "lost_or_duplicated_tokens", "migrated"):  # fmt: skip
+    report = _report(refs, results, injector.log, kv_left)
+    keys = ("requests", "completed_identical", "failed_cleanly", "lost_or_duplicated_requests",
+            "lost_or_duplicated_tokens", "migrated")  # fmt: skip
+    for key in keys:
         print(f"{key:>30}: {report[key]}")
     print(f"{'migrated, added s p50/p99':>30}: {report['migrated_added_s_p50']:.2f} / "
           f"{report['migrated_added_s_p99']:.2f}")  # fmt: skip
