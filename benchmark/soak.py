@@ -52,8 +52,9 @@ class FaultInjector(threading.Thread):
         self.error: BaseException | None = None
 
     def _link(self, main_name: str, which: str):
-        return next(s for s in self.group.servers if s.name == f"wan-{which}-{main_name}"
-                    or (s.name == f"wan-{which}" and main_name == "main"))  # fmt: skip
+        # start_cluster names MD i "main{i}" ("main" for 0) and its links "wan-http{i}" ...
+        name = f"wan-{which}{main_name.removeprefix('main')}"
+        return next(s for s in self.group.servers if s.name == name)
 
     def run(self) -> None:
         try:
