@@ -216,7 +216,13 @@ def measure(router, gate, control, mode, load, context, handed, repeats, kv_per_
                     if future.done():
                         raise EndedEarly(f"ended before {handed} ids: {future.result().body}")
                 control.resume()
-                if mode == "catch-up":
+                if not _main_ready_within(router, rid, future, MAIN_READY_S):
+                    # MD's KV never landed (a Mooncake TCP send to MD failed under load:
+                    # "queue-full rejection"): RLD, let go, finishes the request.
+                    print(f"  ({mode}, N={handed}: Main-Decode's KV not ready within "
+                          f"{MAIN_READY_S} s)", flush=True)  # fmt: skip
+                    gate.release()
+                elif mode == "catch-up":
                     # RLD streams on while MD catches up, as in service, up to a new hold:
                     # on this CPU the tiny model decodes faster than 64-id chunks cross a
                     # 200 ms RTT, so an unheld RLD would finish before MD ever caught up.
@@ -242,36 +248,58 @@ def measure(router, gate, control, mode, load, context, handed, repeats, kv_per_
 
 
 CATCH_UP_MORE = 128  # ids RLD streams during Catch-Up before it is held again
+MAIN_READY_S = 60  # a case whose MD has not reported the KV by then is counted as failed
+
+
+def _main_ready_within(router: str, rid: str, future, seconds: float) -> bool:
+    """Whether MD reported the request's KV ready (or the request ended) within ``seconds``."""
+    from sglang_pdd.testbed.held_links import live_record
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        record = live_record(router, rid)
+        if future.done() or (record is not None and record["main_ready_s"] is not None):
+            return True
+        time.sleep(0.05)
+    return False
 
 
 class MainDecodeLoad:
-    """``count`` long P-MD requests decoding on MD for the duration of a ``with`` block."""
+    """``count`` streams of long P-MD requests decoding on MD for the duration of a ``with``
+    block: each stream sends its next request as soon as one ends, so MD stays busy."""
 
     def __init__(self, router: str, count: int) -> None:
         self.router, self.count = router, count
         self._threads: list[threading.Thread] = []
-        self._rids: list[str] = []
+        self._first_rids: list[str] = []
+        self._stop = threading.Event()
 
-    def __enter__(self):
+    def _stream(self, i: int) -> None:
         import requests
 
-        for i in range(self.count):
-            rid = f"busy-{i}-{time.monotonic_ns()}"
-            self._rids.append(rid)
-            body = {"rid": rid, "input_ids": [10 + (i + j) % 200 for j in range(300)],
+        n = 0
+        while not self._stop.is_set():
+            rid = self._first_rids[i] if n == 0 else f"busy-{i}-{n}-{time.monotonic_ns()}"
+            body = {"rid": rid, "input_ids": [10 + (i + j + n) % 200 for j in range(300)],
                     "sampling_params": {"temperature": 0.0, "ignore_eos": True,
-                                        "max_new_tokens": 7000}}  # fmt: skip
-            thread = threading.Thread(target=lambda b=body: requests.post(
-                f"{self.router}/generate", json=b, timeout=3600), daemon=True)  # fmt: skip
+                                        "max_new_tokens": 2000}}  # fmt: skip
+            requests.post(f"{self.router}/generate", json=body, timeout=3600)
+            n += 1
+
+    def __enter__(self):
+        self._first_rids = [f"busy-{i}-0-{time.monotonic_ns()}" for i in range(self.count)]
+        for i in range(self.count):
+            thread = threading.Thread(target=self._stream, args=(i,), daemon=True)
             thread.start()
             self._threads.append(thread)
         if self.count:
-            _wait_running(self.router, self._rids)
+            _wait_running(self.router, self._first_rids)
         return self
 
     def __exit__(self, *exc) -> None:
-        for thread in self._threads:  # closing their connections aborts them everywhere
-            thread.join(timeout=0)
+        self._stop.set()  # each stream ends with the request it is on
+        for thread in self._threads:
+            thread.join(timeout=600)
 
 
 def _wait_running(router: str, rids: list[str]) -> None:
