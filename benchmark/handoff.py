@@ -283,8 +283,10 @@ class MainDecodeLoad:
             body = {"rid": rid, "input_ids": [10 + (i + j + n) % 200 for j in range(300)],
                     "sampling_params": {"temperature": 0.0, "ignore_eos": True,
                                         "max_new_tokens": 2000}}  # fmt: skip
-            requests.post(f"{self.router}/generate", json=body, timeout=3600)
+            resp = requests.post(f"{self.router}/generate", json=body, timeout=3600)
             n += 1
+            if resp.status_code != 200:  # MD unreachable: do not flood the cluster with retries
+                self._stop.wait(5.0)
 
     def __enter__(self):
         self._first_rids = [f"busy-{i}-0-{time.monotonic_ns()}" for i in range(self.count)]
