@@ -101,9 +101,10 @@ class RelayGate:
                                          data=body, headers=headers) as upstream:  # fmt: skip
             out_headers = {k: v for k, v in upstream.headers.items()
                            if k.lower() not in _HOP_HEADERS}  # fmt: skip
-            if not gated:
+            if request.path != "/generate":
                 return web.Response(status=upstream.status, body=await upstream.read(),
                                     headers=out_headers)  # fmt: skip
+            # Every /generate streams through as it comes; only the armed one may be held.
             resp = web.StreamResponse(status=upstream.status, headers=out_headers)
             await resp.prepare(request)
             ids = 0
@@ -111,7 +112,7 @@ class RelayGate:
                 async for line in upstream.content:
                     await resp.write(line)
                     ids = ids + _ids_in(line) if self.incremental else max(ids, _ids_in(line))
-                    while self._limit is not None and ids >= self._limit:
+                    while gated and self._limit is not None and ids >= self._limit:
                         self.held_ids = ids
                         self._open.clear()
                         self.holding.set()

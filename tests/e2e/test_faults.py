@@ -13,6 +13,7 @@ output equals the co-located server's in each case. Every wait is on the router'
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -44,6 +45,17 @@ def _kill(server) -> None:
     server.proc.wait(timeout=60)
 
 
+@contextlib.contextmanager
+def _main_takes_over(links):
+    """The next request's RLD stream holds at 30 ids (RLD cannot finish it first, however slow
+    MD's KV): MD takes it over there."""
+    links.relay.arm(30)
+    try:
+        yield
+    finally:
+        links.relay.release()
+
+
 def _main_streams(record: dict) -> bool:
     return record["main_tokens"] >= 20
 
@@ -57,25 +69,32 @@ def _reference(colocated, body) -> list[int]:
 
 
 @pytest.fixture
-def doomed_main(server_group, pdd_cluster):
-    """A Main-Decode of this test's own (behind its own WAN proxies) and a router using it."""
+def doomed_main(server_group, pdd_cluster, held_links):
+    """A Main-Decode of this test's own (behind its own WAN proxies) and a router using it. The
+    router reaches RLD through the gate of ``held_links``: ``_main_takes_over`` holds RLD's
+    stream, so the request cannot finish on RLD before the new MD, whose first KV transfer
+    can take seconds, is ready."""
     from sglang_pdd.testbed.cluster import add_main_decode, start_router
 
     name = f"main-doomed-{next(_names)}"
     site = add_main_decode(server_group, pdd_cluster, name)
-    router = start_router(server_group, pdd_cluster, name=f"router-{name}", mains=[site])
+    router = start_router(server_group, pdd_cluster, name=f"router-{name}", mains=[site],
+                          relay_url=held_links.relay.url)  # fmt: skip
     yield site, router
     server_group.stop_named(router.name, name, f"wan-http-{name}", f"wan-control-{name}",
                             f"wan-kv-events-{name}")  # fmt: skip
 
 
-def test_main_decode_killed_after_the_handoff_the_request_continues(doomed_main, colocated):
+def test_main_decode_killed_after_the_handoff_the_request_continues(
+    doomed_main, colocated, held_links
+):
     site, router = doomed_main
     body = _greedy(random.Random(51), 400, 4000)
     expected = _reference(colocated, body)
-    result = generate_acting_at(router.url, body, stream=True, when=_main_streams,
-                                what="Main-Decode's first tokens",
-                                act=lambda: _kill(site.server))  # fmt: skip
+    with _main_takes_over(held_links):
+        result = generate_acting_at(router.url, body, stream=True, when=_main_streams,
+                                    what="Main-Decode's first tokens",
+                                    act=lambda: _kill(site.server))  # fmt: skip
     assert result.status == 200, result.body
     assert result.output_ids == expected
     pdd = result.body["meta_info"]["pdd"]
@@ -92,7 +111,9 @@ def test_main_decode_killed_after_the_handoff_the_request_continues(doomed_main,
     wait_router_settled(router.url)
 
 
-def test_main_decode_sent_sigterm_mid_stream_moves_its_stream_and_exits(doomed_main, colocated):
+def test_main_decode_sent_sigterm_mid_stream_moves_its_stream_and_exits(
+    doomed_main, colocated, held_links
+):
     """SIGTERM to a Main-Decode mid-stream (a rolling restart): SGLang's graceful shutdown
     answers /ready with 503, the router drains MD (the request continues on RLD from the ids
     the client has), and MD, left with no request, exits by itself."""
@@ -100,9 +121,10 @@ def test_main_decode_sent_sigterm_mid_stream_moves_its_stream_and_exits(doomed_m
     body = _greedy(random.Random(60), 400, 4000)
     expected = _reference(colocated, body)
     pid = site.server.proc.pid
-    result = generate_acting_at(router.url, body, stream=True, when=_main_streams,
-                                what="Main-Decode's first tokens",
-                                act=lambda: os.kill(pid, signal.SIGTERM))  # fmt: skip
+    with _main_takes_over(held_links):
+        result = generate_acting_at(router.url, body, stream=True, when=_main_streams,
+                                    what="Main-Decode's first tokens",
+                                    act=lambda: os.kill(pid, signal.SIGTERM))  # fmt: skip
     assert result.status == 200, result.body
     assert result.output_ids == expected
     pdd = result.body["meta_info"]["pdd"]
@@ -225,7 +247,9 @@ def test_a_parked_request_nobody_hands_off_or_releases_is_ended_after_the_ttl(
                                 f"wan-kv-events-{name}")  # fmt: skip
 
 
-def test_draining_main_decode_moves_its_streams_and_takes_no_new_work(doomed_main, colocated):
+def test_draining_main_decode_moves_its_streams_and_takes_no_new_work(
+    doomed_main, colocated, held_links
+):
     """POST /pdd/drain on a Main-Decode mid-stream: the request continues elsewhere from the ids
     the client has (no token lost), MD is left idle, new requests avoid it until undrained."""
     site, router = doomed_main
@@ -240,8 +264,9 @@ def test_draining_main_decode_moves_its_streams_and_takes_no_new_work(doomed_mai
         drained.update(requests.post(f"{router.url}/pdd/drain", json={"url": md},
                                      timeout=30).json())  # fmt: skip
 
-    result = generate_acting_at(router.url, body, stream=True, when=_main_streams,
-                                what="Main-Decode's first tokens", act=drain)  # fmt: skip
+    with _main_takes_over(held_links):
+        result = generate_acting_at(router.url, body, stream=True, when=_main_streams,
+                                    what="Main-Decode's first tokens", act=drain)  # fmt: skip
     assert drained == {"draining": md, "moved": 1, "finishing": 0}, drained
     assert result.status == 200 and result.output_ids == expected
     pdd = result.body["meta_info"]["pdd"]

@@ -84,26 +84,32 @@ def test_control_link_reset_while_parked_and_mid_catch_up_loses_nothing(
 
 
 @pytest.fixture(scope="module")
-def link_router(server_group, pdd_cluster):
-    """A router of this module's own on the cluster (its health state is this module's)."""
+def link_router(server_group, pdd_cluster, held_links):
+    """A router of this module's own on the cluster (its health state is this module's),
+    reaching RLD through the gate of ``held_links``."""
     from sglang_pdd.testbed.cluster import start_router
 
-    router = start_router(server_group, pdd_cluster, name="router-link-faults")
+    router = start_router(server_group, pdd_cluster, name="router-link-faults",
+                          relay_url=held_links.relay.url)  # fmt: skip
     yield router
     server_group.stop_named(router.name)
 
 
 def test_main_decode_http_link_stalled_then_reset_the_request_continues(
-    link_router, pdd_cluster, server_group, colocated
+    link_router, pdd_cluster, server_group, colocated, held_links
 ):
     http = next(s for s in server_group.servers if s.name == "wan-http")
     body = _greedy(62, 400, 4000)
     expected = _reference(colocated, body)
     cuts = []
-    result = generate_acting_at(link_router.url, body, stream=True,
-                                when=lambda r: r["main_tokens"] >= 20,
-                                what="Main-Decode's first tokens",
-                                act=lambda: cuts.append(_cut(http)))  # fmt: skip
+    held_links.relay.arm(30)  # RLD cannot finish the request before MD takes it over
+    try:
+        result = generate_acting_at(link_router.url, body, stream=True,
+                                    when=lambda r: r["main_tokens"] >= 20,
+                                    what="Main-Decode's first tokens",
+                                    act=lambda: cuts.append(_cut(http)))  # fmt: skip
+    finally:
+        held_links.relay.release()
     assert cuts[0] >= 1
     assert result.status == 200, result.body
     assert result.output_ids == expected
