@@ -197,8 +197,10 @@ class RelayedPipeline:
                 break
             for value in replay:
                 if value is _END or isinstance(value, Exception):
+                    if self._relay_lost is not None:
+                        break  # the dead stream's end, after its failure: MD has taken over
                     failure = await self._relay_failure(prefill1, value)
-                    if not state.ready or state.refused or self._relay_lost is not None:
+                    if not state.ready or state.refused:
                         raise failure  # the request migrates (router/migration.py)
                     self._take_over_from_lost_relay(state, failure)
                     break
