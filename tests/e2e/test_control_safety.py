@@ -10,6 +10,7 @@ import requests
 import zmq
 
 from sglang_pdd.testbed.client import generate
+from sglang_pdd.testbed.held_links import generate_acting_at
 
 pytestmark = pytest.mark.servers
 
@@ -51,7 +52,7 @@ def test_malformed_control_messages_leave_main_decode_serving(pdd_cluster, coloc
 
 
 def test_a_main_decode_with_curve_keys_serves_its_router_and_refuses_other_peers(
-    server_group, pdd_cluster, colocated, tmp_path
+    server_group, pdd_cluster, colocated, tmp_path, held_links
 ):
     """MD started with CURVE keys: the router holding an accepted key hands requests off to it
     as usual (output equal to the co-located server's), while a peer with another key, through
@@ -75,15 +76,26 @@ def test_a_main_decode_with_curve_keys_serves_its_router_and_refuses_other_peers
         assert "(CURVE)" in site.server.log_text()  # the control socket has its keys
         curve = (keys / "router.key_secret", keys / "main.key")
         router = start_router(server_group, pdd_cluster, name=f"router-{name}", mains=[site],
-                              control_curve=curve)  # fmt: skip
+                              relay_url=held_links.relay.url, control_curve=curve)  # fmt: skip
         rng = random.Random(78)
         ids = [rng.randrange(10, 250) for _ in range(300)]
         body = {**_greedy(ids, 200), "sampling_params": {"temperature": 0.0,
                                                           "max_new_tokens": 200,
                                                           "ignore_eos": True}}  # fmt: skip
-        got = generate(router.url, body)
+        body["rid"] = f"curve-{rng.getrandbits(32)}"
+        # RLD is held at 30 ids: the request can only end through a handoff, which needs MD's
+        # "ready" over the authenticated socket (a fresh MD's first KV can take seconds).
+        held_links.relay.arm(30)
+        try:
+            got = generate_acting_at(router.url, body, stream=False,
+                                     when=lambda r: r["main_tokens"] > 0,
+                                     what="Main-Decode's first token",
+                                     act=lambda: None)  # fmt: skip
+        finally:
+            held_links.relay.release()
         assert got.status == 200, got.body
-        assert got.output_ids == generate(colocated.url, body).output_ids
+        reference = {k: v for k, v in body.items() if k != "rid"}
+        assert got.output_ids == generate(colocated.url, reference).output_ids
         record = got.body["meta_info"]["pdd"]
         # MD's "ready" came over the authenticated socket (else no handoff could be made).
         assert record["main_ready_s"] is not None, record
