@@ -18,12 +18,12 @@ RECORD = PatchRecord(
     how=(
         "Before the scheduler is built, install server_args._pdd as the process's config; "
         "after, refuse server modes a Main-Decode cannot serve (TP/PP/DP > 1, DP attention, "
-        "page size > 1, overlap scheduler, speculative decoding: they are resolved only "
+        "page size > 1, speculative decoding: they are resolved only "
         "here; config.check_main_decode_modes), give a Main-Decode "
         "scheduler its MainDecodeState (the control socket on the rank that receives "
         "requests) and register ControlMessages on its _request_dispatcher, and log "
-        "one line naming the pid, the role, the hooks applied in this process, and whether "
-        "the sgl_kernel stand-in is active."
+        "one line naming the pid, the role, whether the overlap scheduler runs, the hooks "
+        "applied in this process, and whether the sgl_kernel stand-in is active."
     ),
     remove_when="SGLang passes plugin configuration to scheduler processes itself.",
 )
@@ -52,7 +52,6 @@ def hook(original, self, server_args, *args, **kwargs):
             tp_size=int(getattr(server_args, "tp_size", 1) or 1),
             pp_size=int(getattr(server_args, "pp_size", 1) or 1),
             dp_size=int(getattr(server_args, "dp_size", 1) or 1),
-            overlap=bool(getattr(self, "enable_overlap", False)),
             speculative=getattr(server_args, "speculative_algorithm", None),
             page_size=int(getattr(server_args, "page_size", 1) or 1),
             dp_attention=bool(getattr(server_args, "enable_dp_attention", False)),
@@ -68,10 +67,11 @@ def hook(original, self, server_args, *args, **kwargs):
                                          curve=config.control_curve())  # fmt: skip
         _dispatch_control_messages(self)
     logger.warning(
-        "%s pid=%d role=%s cpu_kernel_standin=%s targets=%s",
+        "%s pid=%d role=%s overlap_schedule=%s cpu_kernel_standin=%s targets=%s",
         MARKER,
         os.getpid(),
         pdd_config.current().role,
+        bool(getattr(self, "enable_overlap", False)),
         is_active(),
         ",".join(applied_targets()),
     )

@@ -99,7 +99,7 @@ class PddServerConfig:
             )
 
 
-def check_main_decode_modes(*, tp_size: int, pp_size: int, dp_size: int, overlap: bool,
+def check_main_decode_modes(*, tp_size: int, pp_size: int, dp_size: int,
                             speculative: str | None, page_size: int = 1,
                             dp_attention: bool = False,
                             experimental_tp: bool = False) -> None:  # fmt: skip
@@ -110,9 +110,6 @@ def check_main_decode_modes(*, tp_size: int, pp_size: int, dp_size: int, overlap
       tensor-parallel Main-Decode has been verified end to end (docs/cpu.md says why).
     * PP/DP > 1, DP attention: across pipeline stages or data-parallel groups nothing carries
       the control messages yet.
-    * The overlap scheduler: the handoff batch goes through its deferred result path by
-      construction (docs/pdd.md), but SGLang's CPU engine, where the tests run, does not run
-      it, so it stays refused until tested on a GPU.
     * Speculative decoding: the draft model would not have seen the handed-off ids.
     * Page size > 1: the handoff's KV budget rounds to pages, but no test covers it.
     """
@@ -126,8 +123,6 @@ def check_main_decode_modes(*, tp_size: int, pp_size: int, dp_size: int, overlap
             problems.append(f"{flag} {value} (use {flag} 1)")
     if dp_attention:
         problems.append("--enable-dp-attention (leave it off)")
-    if overlap:
-        problems.append("the overlap scheduler (pass --disable-overlap-schedule)")
     if speculative:
         problems.append(f"--speculative-algorithm {speculative} (leave it unset)")
     if problems:

@@ -73,13 +73,12 @@ def test_unknown_role_lists_the_accepted_values():
 
 
 def test_main_decode_refuses_modes_it_cannot_serve_naming_the_flags():
-    ok = dict(tp_size=1, pp_size=1, dp_size=1, overlap=False, speculative=None)
+    ok = dict(tp_size=1, pp_size=1, dp_size=1, speculative=None)
     check_main_decode_modes(**ok)
     check_main_decode_modes(**{**ok, "tp_size": 2, "experimental_tp": True})  # opted in
     for change, flag in ((dict(tp_size=2), "--pdd-experimental-tp"),
                          (dict(pp_size=2), "--pp-size 2"),
                          (dict(dp_size=4), "--dp-size 4"),
-                         (dict(overlap=True), "--disable-overlap-schedule"),
                          (dict(speculative="EAGLE"), "--speculative-algorithm EAGLE"),
                          (dict(page_size=16), "--page-size 16"),
                          (dict(dp_attention=True), "--enable-dp-attention")):  # fmt: skip

@@ -176,13 +176,14 @@ def start_link_proxy(group: ServerGroup, name: str, target_port: int,
 
 def add_main_decode(group: ServerGroup, cluster: PddCluster, name: str,
                     max_total_tokens: int | None = None, env: dict[str, str] | None = None,
-                    tp_size: int = 1,
+                    tp_size: int = 1, overlap_schedule: bool = False,
                     extra_args: tuple[str, ...] = ()) -> MainDecodeSite:  # fmt: skip
     """Start one more Main-Decode in datacenter B (behind its own WAN proxies), not yet known to
     any router: pass ``mains=`` to ``start_router``. ``max_total_tokens`` sizes its KV pool
     (default: the cluster's); ``env`` adds environment variables (SGLang's ``SGLANG_*`` knobs);
     ``tp_size`` > 1 runs it tensor-parallel (on the CPU each rank gets its share of the
-    datacenter's cores); ``extra_args`` go to its command line."""
+    datacenter's cores); ``overlap_schedule`` runs SGLang's overlap scheduler on it;
+    ``extra_args`` go to its command line."""
     cfg = cluster.config
     control_port, events_port = free_port(), free_port()
     extra = ("--pdd-role", "main", "--pdd-control-port", str(control_port),
@@ -205,7 +206,7 @@ def add_main_decode(group: ServerGroup, cluster: PddCluster, name: str,
         chunked_prefill_size=cfg.chunked_prefill_size,
         max_total_tokens=max_total_tokens or cfg.max_total_tokens,
         env=(("SGLANG_HOST_IP", DATACENTER_B_HOST), *env.items()), extra_args=extra,
-        cpus=cfg.datacenter_cpus[1]))  # fmt: skip
+        cpus=cfg.datacenter_cpus[1], overlap_schedule=overlap_schedule))  # fmt: skip
     return _site(group, server, name, control_port, events_port if cfg.kv_events else None,
                  cfg.wan)  # fmt: skip
 

@@ -59,6 +59,8 @@ class ServerSpec:
     # to its own cores keeps one datacenter's work from slowing the other's, as separate
     # machines would; torch then uses one thread per pinned core.
     cpus: str = ""
+    # Run SGLang's overlap scheduler (its default on GPUs); the CPU flags otherwise turn it off.
+    overlap_schedule: bool = False
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -150,7 +152,8 @@ def build_command(spec: ServerSpec, port: int, nccl_port: int, bootstrap_port: i
         "--log-level", "info",
     ]  # fmt: skip
     if spec.cpu:
-        cmd += CPU_FLAGS
+        skip = {"--disable-overlap-schedule"} if spec.overlap_schedule else set()
+        cmd += [flag for flag in CPU_FLAGS if flag not in skip]
     if spec.role != "colocated":
         cmd += [
             "--disaggregation-mode", spec.role,

@@ -35,6 +35,8 @@ class RelayGate:
         self._armed_for_next = False
         self._open = asyncio.Event()  # set: a held stream may go on (checked on each chunk)
         self._open.set()
+        self._every: int | None = None  # hold_every's limit, for every stream
+        self._every_open = asyncio.Event()
         self.holding = threading.Event()  # a stream is held at the limit
         self.held_ids = 0  # ids the held stream had carried when it stopped
         self._ready = threading.Event()
@@ -56,6 +58,11 @@ class RelayGate:
         """Let the held stream go on until it has carried ``limit`` ids, then hold again."""
         self._call(self._advance, limit)
 
+    def hold_every(self, limit: int) -> None:
+        """Every ``/generate`` stream from now on holds once it has carried ``limit`` ids,
+        until ``release``: a request through the gate can then end only by a handoff."""
+        self._call(self._hold_every, limit)
+
     def release(self) -> None:
         """Disarm and let every held stream run to its end."""
         self._call(self._release)
@@ -71,10 +78,14 @@ class RelayGate:
         self.holding.clear()
         self._open.set()
 
+    async def _hold_every(self, limit: int) -> None:
+        self._every, self._every_open = limit, asyncio.Event()
+
     async def _release(self) -> None:
-        self._limit, self._armed_for_next = None, False
+        self._limit, self._armed_for_next, self._every = None, False, None
         self.holding.clear()
         self._open.set()
+        self._every_open.set()
 
     # -- the proxy ------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -93,6 +104,7 @@ class RelayGate:
 
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
+        every, every_open = self._every, self._every_open
         gated = request.path == "/generate" and self._armed_for_next
         if gated:
             self._armed_for_next = False
@@ -104,7 +116,8 @@ class RelayGate:
             if request.path != "/generate":
                 return web.Response(status=upstream.status, body=await upstream.read(),
                                     headers=out_headers)  # fmt: skip
-            # Every /generate streams through as it comes; only the armed one may be held.
+            # Every /generate streams through as it comes; only the armed one (or, after
+            # hold_every, each one) may be held.
             resp = web.StreamResponse(status=upstream.status, headers=out_headers)
             await resp.prepare(request)
             ids = 0
@@ -117,6 +130,8 @@ class RelayGate:
                         self._open.clear()
                         self.holding.set()
                         await self._open.wait()
+                    if request.path == "/generate" and every is not None and ids >= every:
+                        await every_open.wait()
             except (ConnectionResetError, aiohttp.ClientError):
                 pass  # the router closed its side (it handed off and aborted RLD)
             return resp
