@@ -85,6 +85,24 @@ class FaultInjector(threading.Thread):
         print(f"  fault: {fault} {name} ({self.log[-1]['s']} s)", flush=True)
 
 
+class Progress:
+    """Prints a line every tenth of the requests: how many ended and how many with an error."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.ended, self.errors = total, 0, 0
+        self.step = max(1, total // 10)
+        self.lock = threading.Lock()
+        self.start = time.monotonic()
+
+    def done(self, error: bool) -> None:
+        with self.lock:
+            self.ended += 1
+            self.errors += error
+            if self.ended % self.step == 0 or self.ended == self.total:
+                print(f"  {self.ended}/{self.total} ended, {self.errors} with an error "
+                      f"({time.monotonic() - self.start:.0f} s)", flush=True)  # fmt: skip
+
+
 def _bodies(args) -> list[dict]:
     rng = random.Random(args.seed)
     lo, hi = args.prompt_tokens
@@ -205,12 +223,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(bodies)} requests at {args.rate}/s with faults ...", flush=True)
         start = time.monotonic()
         injector.start()
+        progress = Progress(len(bodies))
         with ThreadPoolExecutor(256) as pool:
 
             def send(i_body):
                 i, body = i_body
                 time.sleep(max(0.0, start + i / args.rate - time.monotonic()))
-                return generate(router.url, body, stream=True, incremental=True)
+                result = generate(router.url, body, stream=True, incremental=True)
+                progress.done(result.status != 200 or "error" in (result.body or {}))
+                return result
 
             results = list(pool.map(send, enumerate(bodies)))
         injector.stop.set()

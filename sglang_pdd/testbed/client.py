@@ -105,6 +105,14 @@ def pd_generate(
     return result
 
 
+def instance_load(url: str) -> dict:
+    """An SGLang server's ``/v1/loads`` entry (of its first DP rank): running and waiting
+    requests, KV tokens used, and under ``disaggregation`` its PD queues."""
+    data = requests.get(f"{url}/v1/loads", timeout=30).json()
+    loads = data["loads"] if isinstance(data, dict) and "loads" in data else data
+    return loads[0] if isinstance(loads, list) else loads
+
+
 def wait_router_settled(router_url: str, timeout: float = 120) -> None:
     """Wait until the router's sub-requests that outlive their client requests have ended (for
     a request finished on Relay-Decode: Main-Decode has received and cached its KV)."""

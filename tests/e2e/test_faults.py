@@ -328,3 +328,68 @@ def _kill_once_main_is_ready(router, rid, control, relay) -> None:
         assert time.monotonic() < deadline, "Main-Decode never became ready"
         time.sleep(0.01)
     _kill(relay)
+
+
+@pytest.fixture
+def doomed_prefill(server_group, tiny_model, pdd_cluster, held_links):
+    """A prefill server of this test's own, whose KV for datacenter B crawls at 1 Mbit/s (a
+    prompt's transfer to MD takes seconds after RLD's has landed), and a router over it, the
+    cluster's RLD (through the gate of ``held_links``) and MD (through its stallable link)."""
+    from dataclasses import replace
+
+    from sglang_pdd.testbed.cluster import DATACENTER_B_HOST, start_router
+    from sglang_pdd.testbed.launcher import ServerSpec
+
+    name = f"prefill-doomed-{next(_names)}"
+    wan = pdd_cluster.config.wan
+    prefill, = server_group.start(ServerSpec(
+        name, role="prefill", model_path=str(tiny_model), dtype=pdd_cluster.config.dtype,
+        chunked_prefill_size=pdd_cluster.config.chunked_prefill_size,
+        extra_args=("--pdd-role", "prefill", "--pdd-wan-hosts", DATACENTER_B_HOST,
+                    "--pdd-wan-bandwidth-mbps", "1", "--pdd-wan-delay-ms",
+                    str(wan.one_way_delay_ms), "--pdd-seeded-sampling")))  # fmt: skip
+    site = replace(pdd_cluster.mains[0],
+                   control_via_wan=held_links.control.url.replace("http://", "tcp://"))  # fmt: skip
+    router = start_router(server_group, replace(pdd_cluster, prefill=prefill),
+                          name=f"router-{name}", relay_url=held_links.relay.url,
+                          mains=[site])  # fmt: skip
+    yield prefill, router
+    server_group.stop_named(router.name, name)
+
+
+def test_prefill_killed_between_relay_and_main_transfers_relay_decode_finishes(
+    doomed_prefill, pdd_cluster, held_links, colocated
+):
+    """P dies after RLD's KV landed, while MD's is still crossing the WAN: MD's KV never
+    comes, RLD (which has everything it needs) finishes the request identical to the
+    co-located server, and MD drops the request it was receiving and ends idle."""
+    from sglang_pdd.testbed.client import instance_load
+    from sglang_pdd.testbed.held_links import wait_held
+
+    prefill, router = doomed_prefill
+    main = pdd_cluster.main.url
+    body = _greedy(random.Random(57), 3000, 300)  # 1.5 MB of KV: 12 s at 1 Mbit/s
+    expected = _reference(colocated, body)
+    held_links.control.pause()  # MD's ready cannot reach the router before P dies
+    held_links.relay.arm(5)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(generate, router.url, body, True)
+            wait_held(held_links, future, "Relay-Decode's first ids")
+            receiving = instance_load(main)["disaggregation"]
+            assert receiving["decode_transfer_queue_reqs"] >= 1, receiving
+            _kill(prefill)
+            held_links.release()
+            result = future.result(timeout=600)
+    finally:
+        held_links.release()
+    assert result.status == 200, result.body
+    assert result.output_ids == expected
+    pdd = result.body["meta_info"]["pdd"]
+    assert (pdd["pipeline"], pdd["finished_on"]) == ("P-RLD-MD", "relay"), pdd
+    wait_router_settled(router.url)
+    deadline = time.monotonic() + 120
+    while (load := instance_load(main))["disaggregation"]["decode_transfer_queue_reqs"]:
+        assert time.monotonic() < deadline, f"MD still waits for the dead P's KV: {load}"
+        time.sleep(0.2)
+    assert load["num_running_reqs"] == 0, load
