@@ -168,6 +168,28 @@ def _print(rows: list[dict]) -> None:
                 print(f"        first error: {s['error_sample']}")
 
 
+def _goal_verdict(row: dict) -> str:
+    """The goal "<= 0.5 ms P99 added per token at 100 streams", judged from what can carry it.
+
+    A decode step yields one chunk for each of the streams at once, and the router handles
+    them one after another on one event loop: the last of them waits for the router's CPU time
+    of all the others. So ``CPU per token x streams`` bounds the P99 added latency from below
+    (the top 1% of a step's chunks wait at least 99% of it). The difference of the two paths'
+    gap percentiles is measured on different runs that batch tokens differently; when it comes
+    out negative it does not resolve the goal either way."""
+    streams, cpu = row["streams"], row["router_cpu_ms_per_token"]
+    floor = 0.99 * cpu * streams
+    diff = row["added_per_token_ms_p99"]
+    head = f"goal (<= 0.5 ms P99 added per token at {streams} streams): "
+    if floor > 0.5:
+        return (head + f"MISSED: the router's CPU per token ({cpu:.3f} ms) x {streams} streams "
+                f"of a decode step puts the P99 wait at >= {floor:.1f} ms (measured gap "
+                f"difference: {diff:.2f} ms)")  # fmt: skip
+    if diff < 0:
+        return head + f"not resolved (gap difference {diff:.2f} ms, lower bound {floor:.2f} ms)"
+    return head + ("met" if diff <= 0.5 else "MISSED") + f" ({diff:.2f} ms)"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -210,13 +232,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{streams} concurrent streams x {args.rounds} rounds ...", flush=True)
             rows.append(_measure(cluster, streams, args, rng))
     _print(rows)
-    goal = rows[[r["streams"] for r in rows].index(100)] if 100 in levels else None
-    if goal is not None:
-        met = goal["added_per_token_ms_p99"] <= 0.5
-        print(
-            f"goal (<= 0.5 ms P99 added per token at 100 streams): "
-            f"{'met' if met else 'MISSED'} ({goal['added_per_token_ms_p99']:.2f} ms)"
-        )
+    if 100 in levels:
+        print(_goal_verdict(rows[levels.index(100)]))
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))

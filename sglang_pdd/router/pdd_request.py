@@ -73,8 +73,16 @@ class PddRequestRun(RelayedPipeline):
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
+        task.add_done_callback(self._note_failure)
         self._tasks.append(task)
         return task
+
+    def _note_failure(self, task: asyncio.Task) -> None:
+        """Log a sub-request task's failure once, whether or not the request still awaits it
+        (a room-2 prefill whose request finished on RLD is never awaited)."""
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            logger.info("sglang-pdd router: %s: sub-request ended with %s: %s", self.rid,
+                        type(exc).__name__, exc)  # fmt: skip
 
     def _stream_into_queue(self, url: str, body: dict, parked: bool = False) -> asyncio.Queue:
         """Stream ``url``'s answer to ``body`` into a queue. ``parked``: a relayed MD stream,
