@@ -15,7 +15,8 @@ RECORD = PatchRecord(
     how=(
         "Sum the block lengths into the process's TransferLedger; when the destination host is "
         "one of --pdd-wan-hosts, wait on the shared WanLink (serialization + one-way delay) "
-        "before the real transfer."
+        "before the real transfer; with --pdd-wan-fault-file, wait while the emulated link is "
+        "stalled and return -1 (a failed write) while it is dropped."
     ),
     remove_when="SGLang exposes per-destination transfer metrics and a link-shaping hook.",
 )
@@ -30,5 +31,6 @@ def hook(original, self, mooncake_session_id, transfer_blocks, *args, **kwargs):
     from sglang_pdd.transfer.ledger import ledger
 
     nbytes = sum(block[2] for block in transfer_blocks) if transfer_blocks else 0
-    ledger().before_transfer(mooncake_session_id, nbytes)
+    if not ledger().before_transfer(mooncake_session_id, nbytes):
+        return -1  # what batch_transfer_sync returns for a failed write
     return original(self, mooncake_session_id, transfer_blocks, *args, **kwargs)

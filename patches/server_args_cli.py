@@ -46,6 +46,12 @@ def hook(result, parser, *args, **kwargs):
         help="Emulated WAN delay jitter (uniform, +/- this many ms).",
     )  # fmt: skip
     group.add_argument(
+        "--pdd-wan-fault-file", default="",
+        help="Prefill, with --pdd-wan-bandwidth-mbps: a file whose content (up, stall, drop) "
+        "sets the emulated WAN's state before each KV write to --pdd-wan-hosts, to rehearse a "
+        "link failure in the middle of a transfer; no file: up.",
+    )  # fmt: skip
+    group.add_argument(
         "--pdd-control-port", type=int, default=0,
         help="Main-Decode: TCP port of the handoff control socket the router connects to.",
     )  # fmt: skip

@@ -55,6 +55,7 @@ def hook(server_args, cls, args, *rest, **kwargs):
         parked_ttl_s=float(getattr(args, "pdd_parked_ttl_s", 600.0)),
         control_curve_secret=getattr(args, "pdd_control_curve_secret", ""),
         control_curve_clients=getattr(args, "pdd_control_curve_clients", ""),
+        wan_fault_file=getattr(args, "pdd_wan_fault_file", ""),
     )
     config.check_against(
         getattr(args, "disaggregation_mode", "null"),

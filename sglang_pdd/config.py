@@ -40,6 +40,9 @@ class PddServerConfig:
     # or neither.
     control_curve_secret: str = ""
     control_curve_clients: str = ""
+    # Prefill only: a file whose content (up, stall, drop) sets the emulated WAN's state for
+    # KV writes (transfer/kv_link_faults.py); empty: always up.
+    wan_fault_file: str = ""
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -70,6 +73,9 @@ class PddServerConfig:
                              "together: MD's key pair and the routers' public keys")  # fmt: skip
         if all(curve):
             self.control_curve()  # unreadable keys are refused at start, naming the flag
+        if self.wan_fault_file and (self.role != "prefill" or self.wan is None):
+            raise ValueError("--pdd-wan-fault-file is only accepted with --pdd-role prefill and "
+                             "--pdd-wan-bandwidth-mbps (the emulated link it cuts)")  # fmt: skip
         if not self.control_host or any(c.isspace() or c in "/:" for c in self.control_host):
             raise ValueError(f"--pdd-control-host takes an IPv4 address or host name, got "
                              f"{self.control_host!r}")  # fmt: skip

@@ -98,3 +98,14 @@ def test_parked_ttl_is_a_positive_main_decode_flag():
         PddServerConfig(role="main", control_port=5000, parked_ttl_s=0.0)
     with pytest.raises(ValueError, match="--pdd-parked-ttl-s is only accepted with"):
         PddServerConfig(role="relay", parked_ttl_s=5.0)
+
+
+def test_the_wan_fault_file_needs_a_prefill_with_the_emulated_link():
+    from sglang_pdd.transfer.wan_link import WanLinkConfig
+
+    wan = WanLinkConfig(bandwidth_mbps=8.0, one_way_delay_ms=10.0)
+    PddServerConfig(role="prefill", wan_hosts=("127.0.0.2",), wan=wan, wan_fault_file="/x")
+    for role, link in (("prefill", None), ("relay", wan)):
+        with pytest.raises(ValueError, match="--pdd-wan-fault-file is only accepted with"):
+            PddServerConfig(role=role, wan_hosts=("127.0.0.2",) if link else (), wan=link,
+                            wan_fault_file="/x")  # fmt: skip

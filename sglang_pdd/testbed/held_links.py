@@ -160,3 +160,26 @@ def generate_on_relay(router_url: str, links: HeldLinks, body: dict, *,
         return generate(router_url, body, stream=stream)
     finally:
         links.control.resume()
+
+
+def hold_links(group, cluster, site, name: str) -> HeldLinks:
+    """A gate to ``cluster``'s RLD and a stallable link (across the emulated WAN, started in
+    ``group`` as ``held-control-<name>``) to the control socket of Main-Decode ``site``."""
+    from sglang_pdd.testbed.cluster import start_link_proxy
+
+    control = start_link_proxy(group, f"held-control-{name}", site.control_port,
+                               cluster.config.wan)  # fmt: skip
+    return HeldLinks(RelayGate(cluster.relay.url), control)
+
+
+def start_held_router(group, cluster, site, links: HeldLinks, name: str, **overrides):
+    """A router (named ``name``) on ``cluster``'s P, its RLD through ``links``' gate and the
+    Main-Decode ``site`` through ``links``' control link; ``overrides`` as for
+    ``start_router``."""
+    from dataclasses import replace
+
+    from sglang_pdd.testbed.cluster import start_router
+
+    site = replace(site, control_via_wan=links.control.url.replace("http://", "tcp://"))
+    return start_router(group, cluster, name=name, relay_url=links.relay.url, mains=[site],
+                        **overrides)  # fmt: skip

@@ -7,6 +7,7 @@ import threading
 from collections import defaultdict
 
 from sglang_pdd import config as pdd_config
+from sglang_pdd.transfer.kv_link_faults import KvLinkFaults
 from sglang_pdd.transfer.wan_link import WanLink
 
 logger = logging.getLogger("sglang_pdd")
@@ -26,6 +27,7 @@ class TransferLedger:
         self.bytes_by_session: dict[str, int] = defaultdict(int)
         self._link: WanLink | None = None
         self._link_config = None
+        self._faults: KvLinkFaults | None = None
 
     def _wan_link(self) -> WanLink | None:
         cfg = pdd_config.current()
@@ -36,14 +38,25 @@ class TransferLedger:
                 self._link, self._link_config = WanLink(cfg.wan), cfg.wan
             return self._link
 
-    def before_transfer(self, session_id: str, nbytes: int) -> None:
-        """Record ``nbytes`` to ``session_id``; block for the WAN if it is WAN-bound."""
+    def _link_faults(self, path: str) -> KvLinkFaults:
+        with self._lock:
+            if self._faults is None or str(self._faults.path) != path:
+                self._faults = KvLinkFaults(path)
+            return self._faults
+
+    def before_transfer(self, session_id: str, nbytes: int) -> bool:
+        """Record ``nbytes`` to ``session_id``; block for the WAN if it is WAN-bound. False:
+        the emulated WAN is dropped (``--pdd-wan-fault-file``) and the write must fail."""
         cfg = pdd_config.current()
         with self._lock:
             self.bytes_by_session[session_id] += nbytes
             total = self.bytes_by_session[session_id]
         wan = session_host(session_id) in cfg.wan_hosts
         waited = 0.0
+        if wan and cfg.wan_fault_file and not self._link_faults(cfg.wan_fault_file).admit():
+            logger.warning("sglang-pdd: kv-transfer to=%s bytes=%d failed: the emulated WAN "
+                           "is dropped (%s)", session_id, nbytes, cfg.wan_fault_file)  # fmt: skip
+            return False
         if wan and nbytes:
             link = self._wan_link()
             if link is not None:
@@ -53,6 +66,7 @@ class TransferLedger:
                 "sglang-pdd: kv-transfer to=%s bytes=%d total=%d wan=%s waited_s=%.3f",
                 session_id, nbytes, total, wan, waited,
             )  # fmt: skip
+        return True
 
 
 _ledger = TransferLedger()

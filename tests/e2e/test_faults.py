@@ -331,10 +331,11 @@ def _kill_once_main_is_ready(router, rid, control, relay) -> None:
 
 
 @pytest.fixture
-def doomed_prefill(server_group, tiny_model, pdd_cluster, held_links):
+def doomed_prefill(server_group, tiny_model, pdd_cluster, held_links, tmp_path):
     """A prefill server of this test's own, whose KV for datacenter B crawls at 1 Mbit/s (a
-    prompt's transfer to MD takes seconds after RLD's has landed), and a router over it, the
-    cluster's RLD (through the gate of ``held_links``) and MD (through its stallable link)."""
+    prompt's transfer to MD takes seconds after RLD's has landed) over an emulated link its
+    fault file can stall or drop, and a router over it, the cluster's RLD (through the gate of
+    ``held_links``) and MD (through its stallable link). Yields (P, router, fault file)."""
     from dataclasses import replace
 
     from sglang_pdd.testbed.cluster import DATACENTER_B_HOST, start_router
@@ -342,18 +343,22 @@ def doomed_prefill(server_group, tiny_model, pdd_cluster, held_links):
 
     name = f"prefill-doomed-{next(_names)}"
     wan = pdd_cluster.config.wan
+    fault_file = tmp_path / "kv-link"
     prefill, = server_group.start(ServerSpec(
         name, role="prefill", model_path=str(tiny_model), dtype=pdd_cluster.config.dtype,
         chunked_prefill_size=pdd_cluster.config.chunked_prefill_size,
+        # A session its sends failed on is probed (and back in use) after 1 s, not 30.
+        env=(("SGLANG_FAILED_SESSION_PROBE_INTERVAL_S", "1"),),
         extra_args=("--pdd-role", "prefill", "--pdd-wan-hosts", DATACENTER_B_HOST,
                     "--pdd-wan-bandwidth-mbps", "1", "--pdd-wan-delay-ms",
-                    str(wan.one_way_delay_ms), "--pdd-seeded-sampling")))  # fmt: skip
+                    str(wan.one_way_delay_ms), "--pdd-wan-fault-file", str(fault_file),
+                    "--pdd-seeded-sampling")))  # fmt: skip
     site = replace(pdd_cluster.mains[0],
                    control_via_wan=held_links.control.url.replace("http://", "tcp://"))  # fmt: skip
     router = start_router(server_group, replace(pdd_cluster, prefill=prefill),
                           name=f"router-{name}", relay_url=held_links.relay.url,
                           mains=[site])  # fmt: skip
-    yield prefill, router
+    yield prefill, router, fault_file
     server_group.stop_named(router.name, name)
 
 
@@ -366,7 +371,7 @@ def test_prefill_killed_between_relay_and_main_transfers_relay_decode_finishes(
     from sglang_pdd.testbed.client import instance_load
     from sglang_pdd.testbed.held_links import wait_held
 
-    prefill, router = doomed_prefill
+    prefill, router, _ = doomed_prefill
     main = pdd_cluster.main.url
     body = _greedy(random.Random(57), 3000, 300)  # 1.5 MB of KV: 12 s at 1 Mbit/s
     expected = _reference(colocated, body)
@@ -393,3 +398,59 @@ def test_prefill_killed_between_relay_and_main_transfers_relay_decode_finishes(
         assert time.monotonic() < deadline, f"MD still waits for the dead P's KV: {load}"
         time.sleep(0.2)
     assert load["num_running_reqs"] == 0, load
+
+
+def test_kv_link_stalled_then_dropped_mid_transfer_relay_decode_finishes(
+    doomed_prefill, pdd_cluster, held_links, colocated
+):
+    """The emulated WAN stalls while MD's KV is crossing it: RLD finishes the request. Then
+    the link drops: MD's transfer fails and MD ends idle. Back up, the link carries the next
+    request's KV and MD takes that request over."""
+    from sglang_pdd.testbed.client import instance_load
+    from sglang_pdd.testbed.held_links import wait_held
+    from sglang_pdd.transfer.kv_link_faults import set_link_state
+
+    prefill, router, fault_file = doomed_prefill
+    main = pdd_cluster.main.url
+    body = _greedy(random.Random(59), 3000, 300)  # 1.5 MB of KV: 12 s at 1 Mbit/s
+    expected = _reference(colocated, body)
+    held_links.control.pause()
+    held_links.relay.arm(5)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(generate, router.url, body, True)
+            wait_held(held_links, future, "Relay-Decode's first ids")
+            receiving = instance_load(main)["disaggregation"]
+            assert receiving["decode_transfer_queue_reqs"] >= 1, receiving
+            set_link_state(fault_file, "stall")
+            held_links.release()
+            result = future.result(timeout=600)
+    finally:
+        held_links.release()
+    assert result.status == 200, result.body
+    assert result.output_ids == expected
+    pdd = result.body["meta_info"]["pdd"]
+    assert (pdd["pipeline"], pdd["finished_on"]) == ("P-RLD-MD", "relay"), pdd
+    assert instance_load(main)["disaggregation"]["decode_transfer_queue_reqs"] >= 1
+    set_link_state(fault_file, "drop")
+    wait_router_settled(router.url)  # the router's wait for MD's KV ends with the failure
+    deadline = time.monotonic() + 120
+    while (load := instance_load(main))["disaggregation"]["decode_transfer_queue_reqs"]:
+        assert time.monotonic() < deadline, f"MD still waits for the dropped KV: {load}"
+        time.sleep(0.2)
+    assert load["num_running_reqs"] == 0, load
+    assert "failed: the emulated WAN is dropped" in prefill.log_text()
+    set_link_state(fault_file, "up")
+    # SGLang blacklisted MD's session when the write failed; its probe (every second here)
+    # puts it back. Until then P fails MD's transfers at once, so wait for that state.
+    deadline = time.monotonic() + 120
+    while "recovered via probe" not in prefill.log_text():
+        assert time.monotonic() < deadline, "P never put MD's session back in use"
+        time.sleep(0.2)
+    body = _greedy(random.Random(61), 300, 200)
+    with _main_takes_over(held_links):
+        after = generate(router.url, body, stream=True)
+    assert after.status == 200, after.body
+    assert after.body["meta_info"]["pdd"]["finished_on"] == "main", after.body["meta_info"]
+    assert after.output_ids == _reference(colocated, body)
+    wait_router_settled(router.url)

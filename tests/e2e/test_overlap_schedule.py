@@ -29,35 +29,24 @@ def overlap_main(server_group, pdd_cluster):
 @pytest.fixture(scope="module")
 def overlap_links(server_group, pdd_cluster, overlap_main):
     """A gate to the cluster's RLD and a stallable link to the overlap MD's control socket."""
-    from sglang_pdd.testbed.cluster import start_link_proxy
-    from sglang_pdd.testbed.held_links import HeldLinks
-    from sglang_pdd.testbed.relay_gate import RelayGate
+    from sglang_pdd.testbed.held_links import hold_links
 
-    control = start_link_proxy(server_group, "held-control-overlap", overlap_main.control_port,
-                               pdd_cluster.config.wan)  # fmt: skip
-    links = HeldLinks(RelayGate(pdd_cluster.relay.url), control)
+    links = hold_links(server_group, pdd_cluster, overlap_main, "overlap")
     yield links
     links.release()
     server_group.stop_named("held-control-overlap")
 
 
-def _router(server_group, pdd_cluster, overlap_main, links, name, **overrides):
-    from dataclasses import replace
-
-    from sglang_pdd.testbed.cluster import start_router
-
-    site = replace(overlap_main, control_via_wan=links.control.url.replace("http://", "tcp://"))
-    return start_router(server_group, pdd_cluster, name=name, relay_url=links.relay.url,
-                        mains=[site], **overrides)  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def overlap_routers(server_group, pdd_cluster, overlap_main, overlap_links):
     """(One-Shot router, Catch-Up router) over the overlap MD's held links."""
+    from sglang_pdd.testbed.held_links import start_held_router
+
+    args = (server_group, pdd_cluster, overlap_main, overlap_links)
     routers = (
-        _router(server_group, pdd_cluster, overlap_main, overlap_links, "router-overlap"),
-        _router(server_group, pdd_cluster, overlap_main, overlap_links, "router-overlap-cu",
-                handoff_mode="catch-up", catchup_threshold=4, catchup_chunk=64),
+        start_held_router(*args, "router-overlap"),
+        start_held_router(*args, "router-overlap-cu", handoff_mode="catch-up",
+                          catchup_threshold=4, catchup_chunk=64),
     )  # fmt: skip
     yield routers
     server_group.stop_named("router-overlap", "router-overlap-cu")
