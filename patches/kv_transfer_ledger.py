@@ -5,12 +5,17 @@ from __future__ import annotations
 from sglang_pdd.patches import PatchRecord
 
 RECORD = PatchRecord(
-    target="sglang.srt.disaggregation.mooncake.conn.MooncakeKVManager._transfer_data",
+    target=(
+        "sglang.srt.distributed.device_communicators.mooncake_transfer_engine."
+        "MooncakeTransferEngine.batch_transfer_sync"
+    ),
     hook_type="around",
     why=(
-        "Every Mooncake write of KV, state and aux data goes through this one method; PDD needs "
-        "the bytes that really crossed to each receiver, and the emulated WAN must delay those "
-        "bound for Main-Decode's datacenter."
+        "Every Mooncake write of KV, state and aux data goes through this one method (the "
+        "whole-page path via MooncakeKVManager._transfer_data, and the head-sliced path to a "
+        "decode server of another TP size, send_kvcache_slice, directly); PDD needs the bytes "
+        "that really crossed to each receiver, and the emulated WAN must delay those bound for "
+        "Main-Decode's datacenter."
     ),
     how=(
         "Sum the block lengths into the process's TransferLedger; when the destination host is "
@@ -26,11 +31,10 @@ def applies() -> bool:
     return True
 
 
-def hook(original, self, mooncake_session_id, transfer_blocks, *args, **kwargs):
+def hook(original, self, session_id, buffers, peer_buffer_addresses, lengths, *args, **kwargs):
     """Account, pace if WAN-bound, then transfer."""
     from sglang_pdd.transfer.ledger import ledger
 
-    nbytes = sum(block[2] for block in transfer_blocks) if transfer_blocks else 0
-    if not ledger().before_transfer(mooncake_session_id, nbytes):
+    if not ledger().before_transfer(session_id, sum(lengths) if lengths else 0):
         return -1  # what batch_transfer_sync returns for a failed write
-    return original(self, mooncake_session_id, transfer_blocks, *args, **kwargs)
+    return original(self, session_id, buffers, peer_buffer_addresses, lengths, *args, **kwargs)

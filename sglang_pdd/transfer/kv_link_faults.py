@@ -6,9 +6,11 @@ the link's state from PATH, so a test, the soak benchmark or an operator rehears
 cut the link in the middle of a transfer:
 
 * ``up`` (or no file): writes go through;
-* ``stall``: a write waits until the state changes (the transfer hangs, as on a silent link);
-* ``drop``: a write fails as Mooncake reports a broken connection, and SGLang then fails the
-  request's transfer and blacklists the receiver's session until its own probe succeeds.
+* ``stall``: a write waits until the state changes (the transfer hangs, as on a silent link),
+  also one already crossing the paced link, whose arrival moves back by the stall's length;
+* ``drop``: a write, also one already crossing, fails as Mooncake reports a broken connection,
+  and SGLang then fails the request's transfer and blacklists the receiver's session until its
+  own probe succeeds.
 
 ``set_link_state`` writes the file atomically.
 """
@@ -69,3 +71,22 @@ class KvLinkFaults:
             logger.warning("sglang-pdd: emulated WAN %s after a %.1f s stall", state,
                            time.monotonic() - stalled_since)  # fmt: skip
         return state != "drop"
+
+    def wait_until(self, arrival: float) -> bool:
+        """Sleep until monotonic time ``arrival`` (a paced write reaching the far end). A stall
+        meanwhile holds the write and pushes its arrival back by the stall's length; False as
+        soon as the link is dropped (the write fails midway)."""
+        while True:
+            state = self.state()
+            if state == "drop":
+                return False
+            if state == "stall":
+                since = time.monotonic()
+                if not self.admit():
+                    return False
+                arrival += time.monotonic() - since
+                continue
+            left = arrival - time.monotonic()
+            if left <= 0:
+                return True
+            time.sleep(min(left, self.poll_s))

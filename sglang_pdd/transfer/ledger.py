@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import defaultdict
 
 from sglang_pdd import config as pdd_config
@@ -52,15 +53,24 @@ class TransferLedger:
             self.bytes_by_session[session_id] += nbytes
             total = self.bytes_by_session[session_id]
         wan = session_host(session_id) in cfg.wan_hosts
-        waited = 0.0
-        if wan and cfg.wan_fault_file and not self._link_faults(cfg.wan_fault_file).admit():
-            logger.warning("sglang-pdd: kv-transfer to=%s bytes=%d failed: the emulated WAN "
-                           "is dropped (%s)", session_id, nbytes, cfg.wan_fault_file)  # fmt: skip
+        faults = self._link_faults(cfg.wan_fault_file) if wan and cfg.wan_fault_file else None
+        link = self._wan_link() if wan and nbytes else None
+        start = time.monotonic()
+        if link is not None:
+            arrival = link.reserve(nbytes)
+            if faults is None:
+                time.sleep(max(arrival - time.monotonic(), 0.0))
+                ok = True
+            else:
+                ok = faults.wait_until(arrival)
+        else:
+            ok = faults is None or faults.admit()
+        waited = time.monotonic() - start
+        if not ok:
+            logger.warning("sglang-pdd: kv-transfer to=%s bytes=%d failed after %.1f s: the "
+                           "emulated WAN is dropped (%s)", session_id, nbytes, waited,
+                           cfg.wan_fault_file)  # fmt: skip
             return False
-        if wan and nbytes:
-            link = self._wan_link()
-            if link is not None:
-                waited = link.transmit(nbytes)
         if cfg.log_transfers:
             logger.info(
                 "sglang-pdd: kv-transfer to=%s bytes=%d total=%d wan=%s waited_s=%.3f",

@@ -49,3 +49,13 @@ def test_unknown_content_keeps_the_link_up_and_is_logged(tmp_path, caplog):
 def test_set_link_state_refuses_an_unknown_state(tmp_path):
     with pytest.raises(ValueError, match="accepted values are up, stall, drop"):
         set_link_state(tmp_path / "link", "down")
+
+
+def test_a_paced_write_fails_midway_when_dropped_and_completes_when_up(tmp_path):
+    import time
+
+    path = tmp_path / "link"
+    faults = KvLinkFaults(str(path), poll_s=0.01)
+    assert faults.wait_until(time.monotonic() + 0.02)  # up: arrives
+    set_link_state(path, "drop")
+    assert not faults.wait_until(time.monotonic() + 3600)  # fails at once, not in an hour
