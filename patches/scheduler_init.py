@@ -17,7 +17,7 @@ RECORD = PatchRecord(
     ),
     how=(
         "Before the scheduler is built, install server_args._pdd as the process's config; "
-        "after, refuse server modes a Main-Decode cannot serve (TP/PP/DP > 1, DP attention, "
+        "after, refuse server modes a Main-Decode cannot serve (PP/DP > 1, DP attention, "
         "page size > 1, speculative decoding: they are resolved only "
         "here; config.check_main_decode_modes), give a Main-Decode "
         "scheduler its MainDecodeState (the control socket on the rank that receives "
@@ -49,13 +49,11 @@ def hook(original, self, server_args, *args, **kwargs):
         from sglang_pdd.main_decode.state import MainDecodeState
 
         pdd_config.check_main_decode_modes(
-            tp_size=int(getattr(server_args, "tp_size", 1) or 1),
             pp_size=int(getattr(server_args, "pp_size", 1) or 1),
             dp_size=int(getattr(server_args, "dp_size", 1) or 1),
             speculative=getattr(server_args, "speculative_algorithm", None),
             page_size=int(getattr(server_args, "page_size", 1) or 1),
             dp_attention=bool(getattr(server_args, "enable_dp_attention", False)),
-            experimental_tp=config.experimental_tp,
         )
 
         vocab = getattr(getattr(self, "model_config", None), "vocab_size", None)

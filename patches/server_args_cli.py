@@ -86,13 +86,6 @@ def hook(result, parser, *args, **kwargs):
         "request that never arrives as long.",
     )  # fmt: skip
     group.add_argument(
-        "--pdd-experimental-tp", action="store_true",
-        help="Main-Decode: accept --tp-size > 1. The control socket opens on the rank that "
-        "receives requests and every handoff reaches all ranks through SGLang's request "
-        "broadcast (tested on the CPU engine), but no handoff to a tensor-parallel "
-        "Main-Decode has been verified end to end (docs/cpu.md).",
-    )  # fmt: skip
-    group.add_argument(
         "--pdd-log-transfers", action="store_true",
         help="Log every KV transfer call (destination and bytes) of this server.",
     )  # fmt: skip

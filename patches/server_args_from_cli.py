@@ -51,7 +51,6 @@ def hook(server_args, cls, args, *rest, **kwargs):
         control_host=getattr(args, "pdd_control_host", "0.0.0.0"),
         log_transfers=args.pdd_log_transfers,
         seeded_sampling=bool(getattr(args, "pdd_seeded_sampling", False)),
-        experimental_tp=bool(getattr(args, "pdd_experimental_tp", False)),
         parked_ttl_s=float(getattr(args, "pdd_parked_ttl_s", 600.0)),
         control_curve_secret=getattr(args, "pdd_control_curve_secret", ""),
         control_curve_clients=getattr(args, "pdd_control_curve_clients", ""),

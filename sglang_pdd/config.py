@@ -31,8 +31,6 @@ class PddServerConfig:
     # Sample every request with SGLang's seeded sampler (a request's sampling_seed, or a random
     # one), without --enable-deterministic-inference: patches/seeded_sampling.py.
     seeded_sampling: bool = False
-    # Main-Decode only: accept --tp-size > 1 (not verified end to end; docs/cpu.md).
-    experimental_tp: bool = False
     # Main-Decode only: a request with no control activity this long (parked with no handoff
     # or release, or watched and never parked) is ended and forgotten.
     parked_ttl_s: float = 600.0
@@ -60,8 +58,6 @@ class PddServerConfig:
             raise ValueError(f"--pdd-parked-ttl-s must be > 0 seconds, got {self.parked_ttl_s}")
         if self.role != "main" and self.parked_ttl_s != 600.0:
             raise ValueError("--pdd-parked-ttl-s is only accepted with --pdd-role main")
-        if self.role != "main" and self.experimental_tp:
-            raise ValueError("--pdd-experimental-tp is only accepted with --pdd-role main")
         if self.role != "main" and self.control_host != "0.0.0.0":
             raise ValueError("--pdd-control-host is only accepted with --pdd-role main")
         curve = (self.control_curve_secret, self.control_curve_clients)
@@ -105,24 +101,18 @@ class PddServerConfig:
             )
 
 
-def check_main_decode_modes(*, tp_size: int, pp_size: int, dp_size: int,
+def check_main_decode_modes(*, pp_size: int, dp_size: int,
                             speculative: str | None, page_size: int = 1,
-                            dp_attention: bool = False,
-                            experimental_tp: bool = False) -> None:  # fmt: skip
+                            dp_attention: bool = False) -> None:  # fmt: skip
     """Refuse SGLang server modes a Main-Decode does not serve (yet), naming the flag to change.
+    (Tensor parallelism is served: tests/e2e/test_tensor_parallel.py.)
 
-    * TP > 1 unless ``experimental_tp``: the control messages ride SGLang's request broadcast
-      to every rank (``patches/main_control_ingest.py``, tested), but no handoff to a
-      tensor-parallel Main-Decode has been verified end to end (docs/cpu.md says why).
     * PP/DP > 1, DP attention: across pipeline stages or data-parallel groups nothing carries
       the control messages yet.
     * Speculative decoding: the draft model would not have seen the handed-off ids.
     * Page size > 1: the handoff's KV budget rounds to pages, but no test covers it.
     """
     problems = []
-    if tp_size != 1 and not experimental_tp:
-        problems.append(f"--tp-size {tp_size} (use --tp-size 1, or accept the unverified "
-                        "tensor-parallel handoff with --pdd-experimental-tp)")  # fmt: skip
     for flag, value in (("--pp-size", pp_size), ("--dp-size", dp_size),
                         ("--page-size", page_size)):  # fmt: skip
         if value != 1:

@@ -73,23 +73,15 @@ def test_unknown_role_lists_the_accepted_values():
 
 
 def test_main_decode_refuses_modes_it_cannot_serve_naming_the_flags():
-    ok = dict(tp_size=1, pp_size=1, dp_size=1, speculative=None)
+    ok = dict(pp_size=1, dp_size=1, speculative=None)
     check_main_decode_modes(**ok)
-    check_main_decode_modes(**{**ok, "tp_size": 2, "experimental_tp": True})  # opted in
-    for change, flag in ((dict(tp_size=2), "--pdd-experimental-tp"),
-                         (dict(pp_size=2), "--pp-size 2"),
+    for change, flag in ((dict(pp_size=2), "--pp-size 2"),
                          (dict(dp_size=4), "--dp-size 4"),
                          (dict(speculative="EAGLE"), "--speculative-algorithm EAGLE"),
                          (dict(page_size=16), "--page-size 16"),
                          (dict(dp_attention=True), "--enable-dp-attention")):  # fmt: skip
         with pytest.raises(ValueError, match=f"--pdd-role main does not support .*{flag}"):
             check_main_decode_modes(**{**ok, **change})
-
-
-def test_experimental_tp_is_a_main_decode_flag():
-    PddServerConfig(role="main", control_port=5000, experimental_tp=True)
-    with pytest.raises(ValueError, match="--pdd-experimental-tp is only accepted with"):
-        PddServerConfig(role="relay", experimental_tp=True)
 
 
 def test_parked_ttl_is_a_positive_main_decode_flag():

@@ -198,7 +198,7 @@ def add_main_decode(group: ServerGroup, cluster: PddCluster, name: str,
     extra += tuple(extra_args)
     env = dict(env or {})
     if tp_size > 1:  # a Main-Decode accepts it only when told the handoff is unverified
-        extra += ("--tp-size", str(tp_size), "--pdd-experimental-tp")
+        extra += ("--tp-size", str(tp_size))
         env.setdefault("SGLANG_CPU_OMP_THREADS_BIND", cpu_rank_binding(
             cfg.datacenter_cpus[1], tp_size))  # fmt: skip
     server, = group.start(ServerSpec(

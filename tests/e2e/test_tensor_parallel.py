@@ -1,12 +1,9 @@
-"""A tensor-parallel Main-Decode (``--tp-size 2 --pdd-experimental-tp`` on the CPU engine): the
-plugin runs on both ranks, one control socket opens (on the rank that receives requests), and
-control messages read there are answered while the server keeps serving (issue 9).
-
-What is not tested here, and why (docs/cpu.md): a handoff to it. On this machine the KV transfer
-from the TP-1 prefill server to a TP-2 decode server (Mooncake's M-to-N head slicing) never
-completed, so no request parks on it; a cluster with every server at TP 2 needs six scheduler
-processes more than CI's 24 GB holds beside the rest of the suite. The rank broadcast of the
-control messages is unit-tested (tests/main_decode/test_control_ownership.py)."""
+"""A tensor-parallel Main-Decode (``--tp-size 2`` on the CPU engine) behind a TP-1 prefill
+server: the plugin runs on both ranks, one control socket opens (on the rank that receives
+requests), control messages read there are answered while the server keeps serving, and
+handoffs (One-Shot and Catch-Up) reach both ranks through SGLang's request broadcast, each rank
+holding its half of the KV heads (issue 9). The rank broadcast itself is unit-tested in
+tests/main_decode/test_control_ownership.py."""
 
 from __future__ import annotations
 
