@@ -265,11 +265,17 @@ class PddRequestRun(RelayedPipeline):
                 yield Finished(chunk["meta_info"]["finish_reason"], self.prompt_tokens, self.record)
                 return
 
+    @staticmethod
+    def _prefill_failure(prefill_task: asyncio.Task) -> BaseException | None:
+        """P's error when its sub-request failed (P validates the prompt, so its error is the
+        one a client must see), else None."""
+        if prefill_task.done() and not prefill_task.cancelled():
+            return prefill_task.exception()
+        return None
+
     async def _raise_prefill_error(self, prefill_task: asyncio.Task, fallback: Exception):
         """Prefer the prefill server's error (it validates the prompt) over a decode-side one."""
-        if prefill_task.done() and prefill_task.exception() is not None:
-            raise prefill_task.exception()
-        raise fallback
+        raise self._prefill_failure(prefill_task) or fallback
 
     def _note_ready(self, event: dict) -> None:
         if self.record.main_ready_s is None:

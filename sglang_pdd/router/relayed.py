@@ -248,8 +248,8 @@ class RelayedPipeline:
         if value is _END:
             value = UpstreamError(502, {"error": {"message": "relay stream ended"}},
                                   self.relay_url)  # fmt: skip
-        if prefill1.done() and not prefill1.cancelled() and prefill1.exception() is not None:
-            raise prefill1.exception()
+        if (failure := self._prefill_failure(prefill1)) is not None:
+            raise failure
         return value
 
     def _take_over_from_lost_relay(self, state: RelayedHandoff, failure: Exception) -> None:

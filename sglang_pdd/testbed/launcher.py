@@ -35,7 +35,18 @@ CPU_FLAGS = (
     "--skip-server-warmup",
     "--sleep-on-idle",  # an idle scheduler otherwise spins a core; tests run many servers
 )  # fmt: skip
-CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "MOONCAKE_PROTOCOL": "tcp", "SGLANG_HOST_IP": "127.0.0.1"}
+CPU_ENV = {
+    "SGLANG_USE_CPU_ENGINE": "1",
+    "MOONCAKE_PROTOCOL": "tcp",
+    "SGLANG_HOST_IP": "127.0.0.1",
+    # Mooncake's TCP transport queues at most 1,024 writes per peer and rejects what waits
+    # longer than 1 s for a place ("TCP lane queue-full rejection"); SGLang then blacklists the
+    # receiver. With page size 1 a busy server's KV is scattered, one write per token, layer
+    # and K/V, so one long prompt to a busy Main-Decode overflows it (docs/costs.md).
+    "MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER": "65536",
+    "MC_TCP_MAX_PENDING_ADMISSIONS_PER_PEER": "65536",
+    "MC_TCP_ADMISSION_TIMEOUT_MS": "120000",
+}
 
 
 @dataclass(frozen=True)
