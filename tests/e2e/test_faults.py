@@ -363,42 +363,58 @@ def doomed_prefill(server_group, tiny_model, pdd_cluster, held_links, tmp_path):
     server_group.stop_named(router.name, name)
 
 
+def _acting_while_main_receives(links, router, body: dict, main: str, act):
+    """Send ``body`` with MD's control link stalled (its ready cannot reach the router) and
+    RLD's stream held after 5 ids; once MD is receiving the request's KV, ``act()``, let both
+    links go and return the request's result."""
+    from sglang_pdd.testbed.client import instance_load
+    from sglang_pdd.testbed.held_links import wait_held
+
+    links.control.pause()
+    links.relay.arm(5)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(generate, router.url, body, True)
+            wait_held(links, future, "Relay-Decode's first ids")
+            receiving = instance_load(main)["disaggregation"]
+            assert receiving["decode_transfer_queue_reqs"] >= 1, receiving
+            act()
+            links.release()
+            return future.result(timeout=600)
+    finally:
+        links.release()
+
+
+def _wait_main_receives_nothing(main: str, timeout: float = 120) -> None:
+    """MD gave up the transfer that cannot complete and runs nothing."""
+    from sglang_pdd.testbed.client import instance_load
+
+    deadline = time.monotonic() + timeout
+    while (load := instance_load(main))["disaggregation"]["decode_transfer_queue_reqs"]:
+        assert time.monotonic() < deadline, f"MD still waits for KV that cannot come: {load}"
+        time.sleep(0.2)
+    assert load["num_running_reqs"] == 0, load
+
+
 def test_prefill_killed_between_relay_and_main_transfers_relay_decode_finishes(
     doomed_prefill, pdd_cluster, held_links, colocated
 ):
     """P dies after RLD's KV landed, while MD's is still crossing the WAN: MD's KV never
     comes, RLD (which has everything it needs) finishes the request identical to the
     co-located server, and MD drops the request it was receiving and ends idle."""
-    from sglang_pdd.testbed.client import instance_load
-    from sglang_pdd.testbed.held_links import wait_held
 
     prefill, router, _ = doomed_prefill
     main = pdd_cluster.main.url
     body = _greedy(random.Random(57), 3000, 300)  # 1.5 MB of KV: 12 s at 1 Mbit/s
     expected = _reference(colocated, body)
-    held_links.control.pause()  # MD's ready cannot reach the router before P dies
-    held_links.relay.arm(5)
-    try:
-        with ThreadPoolExecutor(1) as pool:
-            future = pool.submit(generate, router.url, body, True)
-            wait_held(held_links, future, "Relay-Decode's first ids")
-            receiving = instance_load(main)["disaggregation"]
-            assert receiving["decode_transfer_queue_reqs"] >= 1, receiving
-            _kill(prefill)
-            held_links.release()
-            result = future.result(timeout=600)
-    finally:
-        held_links.release()
+    result = _acting_while_main_receives(held_links, router, body, main,
+                                         act=lambda: _kill(prefill))  # fmt: skip
     assert result.status == 200, result.body
     assert result.output_ids == expected
     pdd = result.body["meta_info"]["pdd"]
     assert (pdd["pipeline"], pdd["finished_on"]) == ("P-RLD-MD", "relay"), pdd
     wait_router_settled(router.url)
-    deadline = time.monotonic() + 120
-    while (load := instance_load(main))["disaggregation"]["decode_transfer_queue_reqs"]:
-        assert time.monotonic() < deadline, f"MD still waits for the dead P's KV: {load}"
-        time.sleep(0.2)
-    assert load["num_running_reqs"] == 0, load
+    _wait_main_receives_nothing(main)
 
 
 def _wait_for_log(server, text: str, what: str, timeout: float = 120) -> None:
@@ -415,27 +431,18 @@ def test_kv_link_stalled_then_dropped_mid_transfer_relay_decode_finishes(
     the link drops: MD's transfer fails and MD ends idle. Back up, the link carries the next
     request's KV and MD takes that request over."""
     from sglang_pdd.testbed.client import instance_load
-    from sglang_pdd.testbed.held_links import wait_held
     from sglang_pdd.transfer.kv_link_faults import set_link_state
 
     prefill, router, fault_file = doomed_prefill
     main = pdd_cluster.main.url
     body = _greedy(random.Random(59), 3000, 300)  # 1.5 MB of KV: 12 s at 1 Mbit/s
     expected = _reference(colocated, body)
-    held_links.control.pause()
-    held_links.relay.arm(5)
-    try:
-        with ThreadPoolExecutor(1) as pool:
-            future = pool.submit(generate, router.url, body, True)
-            wait_held(held_links, future, "Relay-Decode's first ids")
-            receiving = instance_load(main)["disaggregation"]
-            assert receiving["decode_transfer_queue_reqs"] >= 1, receiving
-            set_link_state(fault_file, "stall")
-            _wait_for_log(prefill, "sglang-pdd: emulated WAN stalled", "P's pacer to stall")
-            held_links.release()
-            result = future.result(timeout=600)
-    finally:
-        held_links.release()
+
+    def stall():
+        set_link_state(fault_file, "stall")
+        _wait_for_log(prefill, "sglang-pdd: emulated WAN stalled", "P's pacer to stall")
+
+    result = _acting_while_main_receives(held_links, router, body, main, act=stall)
     assert result.status == 200, result.body
     assert result.output_ids == expected
     pdd = result.body["meta_info"]["pdd"]
@@ -443,11 +450,7 @@ def test_kv_link_stalled_then_dropped_mid_transfer_relay_decode_finishes(
     assert instance_load(main)["disaggregation"]["decode_transfer_queue_reqs"] >= 1
     set_link_state(fault_file, "drop")
     wait_router_settled(router.url)  # the router's wait for MD's KV ends with the failure
-    deadline = time.monotonic() + 120
-    while (load := instance_load(main))["disaggregation"]["decode_transfer_queue_reqs"]:
-        assert time.monotonic() < deadline, f"MD still waits for the dropped KV: {load}"
-        time.sleep(0.2)
-    assert load["num_running_reqs"] == 0, load
+    _wait_main_receives_nothing(main)
     # The write that failed was the KV itself, cut while crossing the link (not a later
     # small write such as the aux data).
     failed = re.findall(r"kv-transfer to=\S+ bytes=(\d+) failed after", prefill.log_text())
