@@ -42,9 +42,10 @@ CPU_ENV = {
     # Mooncake's TCP transport queues at most 1,024 writes per peer and rejects what waits
     # longer than 1 s for a place ("TCP lane queue-full rejection"); SGLang then blacklists the
     # receiver. With page size 1 a busy server's KV is scattered, one write per token, layer
-    # and K/V, so one long prompt to a busy Main-Decode overflows it (docs/costs.md).
-    "MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER": "65536",
-    "MC_TCP_MAX_PENDING_ADMISSIONS_PER_PEER": "65536",
+    # and K/V, so one long prompt to a busy Main-Decode overflows it (docs/costs.md). 65535
+    # is the most Mooncake 0.3.13 accepts (it ignores larger values with a warning).
+    "MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER": "65535",
+    "MC_TCP_MAX_PENDING_ADMISSIONS_PER_PEER": "65535",
     "MC_TCP_ADMISSION_TIMEOUT_MS": "120000",
 }
 
