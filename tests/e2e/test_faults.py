@@ -7,8 +7,10 @@ before a loaded test process has looked twice).
 Each test kills a server of its own, never one the session shares: a Main-Decode after the
 handoff (the request continues on Relay-Decode from the prompt plus the ids the client has), a
 Main-Decode while the request is parked on it (Relay-Decode, still serving, finishes it) and a
-Relay-Decode before the handoff (Main-Decode takes the request from P directly). The client's
-output equals the co-located server's in each case. Every wait is on the router's own state.
+Relay-Decode before the handoff (Main-Decode takes the request from P directly), a prefill
+server between RLD's and MD's KV transfers, and the emulated WAN under MD's KV stalled then
+dropped mid-transfer (RLD finishes the request; MD ends idle). The client's output equals the
+co-located server's in each case. Every wait is on the router's or an instance's own state.
 """
 
 from __future__ import annotations
