@@ -162,14 +162,15 @@ def generate_on_relay(router_url: str, links: HeldLinks, body: dict, *,
         links.control.resume()
 
 
-def hold_links(group, cluster, site, name: str) -> HeldLinks:
-    """A gate to ``cluster``'s RLD and a stallable link (across the emulated WAN, started in
-    ``group`` as ``held-control-<name>``) to the control socket of Main-Decode ``site``."""
+def hold_links(group, cluster, site, name: str, relay_url: str | None = None) -> HeldLinks:
+    """A gate to ``cluster``'s RLD (or the Relay-Decode at ``relay_url``) and a stallable link
+    (across the emulated WAN, started in ``group`` as ``held-control-<name>``) to the control
+    socket of Main-Decode ``site``."""
     from sglang_pdd.testbed.cluster import start_link_proxy
 
     control = start_link_proxy(group, f"held-control-{name}", site.control_port,
                                cluster.config.wan)  # fmt: skip
-    return HeldLinks(RelayGate(cluster.relay.url), control)
+    return HeldLinks(RelayGate(relay_url or cluster.relay.url), control)
 
 
 def start_held_router(group, cluster, site, links: HeldLinks, name: str, **overrides):
