@@ -56,13 +56,11 @@ class TransferLedger:
         faults = self._link_faults(cfg.wan_fault_file) if wan and cfg.wan_fault_file else None
         link = self._wan_link() if wan and nbytes else None
         start = time.monotonic()
-        if link is not None:
-            arrival = link.reserve(nbytes)
-            if faults is None:
-                time.sleep(max(arrival - time.monotonic(), 0.0))
-                ok = True
-            else:
-                ok = faults.wait_until(arrival)
+        if link is not None and faults is None:
+            link.transmit(nbytes)
+            ok = True
+        elif link is not None:
+            ok = faults.wait_until(link.reserve(nbytes))
         else:
             ok = faults is None or faults.admit()
         waited = time.monotonic() - start
