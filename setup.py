@@ -19,12 +19,13 @@ setup(
         "sglang==0.5.23",
         "torch",
         "pyzmq",
+        "msgspec",
         "simpy",
         "pyyaml",
     ],
     extras_require={
         "cpu": ["mooncake-transfer-engine-non-cuda"],
-        "test": ["pytest", "pytest-timeout", "ruff"],
+        "test": ["pytest", "pytest-timeout", "hypothesis", "ruff"],
         "plot": ["matplotlib"],
     },
     entry_points={

@@ -2,25 +2,35 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from array import array
 from dataclasses import dataclass
 
+import msgspec
 import zmq
 
-from sglang_pdd.main_decode import is_relayed, protocol
 from sglang_pdd.main_decode.idle_clock import IdleClock
+from sglang_pdd.wire import codec
+from sglang_pdd.wire.messages import (
+    MAX_MESSAGE_BYTES,
+    ControlMessage,
+    Deferred,
+    Error,
+    Expire,
+    Extended,
+    Handoff,
+    Ready,
+    Release,
+    Watch,
+)
+from sglang_pdd.wire.rids import is_relayed
 
 logger = logging.getLogger("sglang_pdd")
 # How many scheduler iterations an abort that found nothing parked is remembered (covers an
 # abort that overtook its request across the WAN). Counted in iterations, not seconds, so that
 # every TP rank forgets it in the same iteration and all ranks park the same requests.
 ABORT_MEMORY_ITERATIONS = 20_000
-
-EXPIRE = "expire"  # a control item rank 0 adds for a rid idle past the TTL (never from a peer)
-
 
 @dataclass(frozen=True)
 class ControlMessages:
@@ -29,7 +39,7 @@ class ControlMessages:
     scheduler dispatches it to ``MainDecodeState.apply_control``: all ranks park, hand off and
     release the same requests in the same iteration."""
 
-    items: tuple[tuple[bytes, dict], ...]
+    items: tuple[tuple[bytes, ControlMessage | Expire], ...]
 
 
 @dataclass(frozen=True)
@@ -63,7 +73,7 @@ class MainDecodeState:
                 self.auth = curve.secure(self.socket)
             self.socket.setsockopt(zmq.LINGER, 0)
             # A peer sending more than this is disconnected by ZeroMQ before MD reads anything.
-            self.socket.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_MESSAGE_BYTES)
+            self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
             # A router that redials (after a dropped connection) keeps its identity: its new
             # connection takes the identity over from the old one, which may linger.
             self.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
@@ -83,16 +93,17 @@ class MainDecodeState:
         self.kv_waits: set[str] = set()  # rids whose handoff waited for memory (logged once)
 
     # -- control socket -------------------------------------------------------------------
-    def _send(self, rid: str, event: dict) -> None:
-        identity = self.watchers.get(rid)
+    def _send(self, event: Ready | Extended | Deferred | Error) -> None:
+        """Send ``event`` to the router that watches its rid (none: nobody to tell)."""
+        identity = self.watchers.get(event.rid)
         if identity is not None and self.socket is not None:
-            self.socket.send_multipart([identity, protocol.encode({**event, "rid": rid})])
+            self.socket.send_multipart([identity, codec.encode(event)], zmq.NOBLOCK)
 
     def _refuse(self, identity: bytes, rid: str, reason: str) -> None:
         """Answer the sender (not the request's watcher) that its message changed nothing."""
         if self.socket is not None:
-            self.socket.send_multipart([identity, protocol.encode(
-                {"event": "error", "rid": rid, "message": f"refused: {reason}"})])  # fmt: skip
+            error = Error(rid=rid, message=f"refused: {reason}")
+            self.socket.send_multipart([identity, codec.encode(error)], zmq.NOBLOCK)
 
     def wait_for_control(self, timeout_ms: int) -> None:
         """Block up to ``timeout_ms`` until a control message is pending (no-op without the
@@ -116,25 +127,22 @@ class MainDecodeState:
                 continue
             identity, payload = frames
             try:
-                message = protocol.decode(payload, self.vocab_size)
+                message = codec.decode_control(payload, self.vocab_size)
             except ValueError as exc:
                 logger.warning("sglang-pdd: bad control message dropped: %s", exc)
-                rid = _rid_of(payload)
+                rid = codec.rid_of(payload)
                 if rid is not None:  # tell the sender, so that its request does not hang
                     self._refuse(identity, rid, str(exc))
                 continue
-            if "op" not in message:
-                logger.warning("sglang-pdd: control message without 'op' dropped")
-                continue
             items.append((identity, message))
-        items += [(b"", {"op": EXPIRE, "rid": rid}) for rid in self.idle.expired()]
+        items += [(b"", Expire(rid=rid)) for rid in self.idle.expired()]
         return ControlMessages(tuple(items)) if items else None
 
     def apply_control(self, batch: ControlMessages) -> None:
         """Act on messages ``read_control`` took (every rank, in the same iteration)."""
         for identity, message in batch.items:
-            rid = message["rid"]
-            if message["op"] == EXPIRE:  # made by rank 0 (the socket never accepts this op)
+            rid = message.rid
+            if isinstance(message, Expire):  # made by rank 0 (the socket never accepts it)
                 self._expire(rid)
                 continue
             self.idle.touch(rid)
@@ -143,19 +151,19 @@ class MainDecodeState:
                 # A peer acts only on requests it watched first: no other peer may redirect
                 # their events, release them or hand them tokens.
                 logger.warning("sglang-pdd: %s for %s from a peer that does not own it refused",
-                               message["op"], rid)  # fmt: skip
+                               _op(message), rid)  # fmt: skip
                 self._refuse(identity, rid, "another peer owns this request")
                 continue
-            if message["op"] == "watch":
+            if isinstance(message, Watch):
                 self.watchers[rid] = identity
                 if rid in self.parked:
-                    self._send(rid, self._ready_event(self.parked[rid]))
+                    self._send(self._ready_event(self.parked[rid]))
             elif owner is None:
-                self._refuse(identity, rid, f"{message['op']} before watch")
-            elif message["op"] == "release":
+                self._refuse(identity, rid, f"{_op(message)} before watch")
+            elif isinstance(message, Release):
                 self.releases.add(rid)
-            else:
-                self.handoffs[rid] = (list(message["token_ids"]), bool(message.get("final", True)))
+            elif isinstance(message, Handoff):
+                self.handoffs[rid] = (list(message.token_ids), message.final)
 
     def _expire(self, rid: str) -> None:
         """No control activity for ``idle.ttl_s``: end a parked request (its KV is cached, as
@@ -166,7 +174,7 @@ class MainDecodeState:
             logger.warning("sglang-pdd: %s parked %.0f s without a handoff or release: ending it "
                            "(--pdd-parked-ttl-s)", rid, self.idle.ttl_s)  # fmt: skip
             why = "parked past --pdd-parked-ttl-s without a handoff or release"
-            self._send(rid, {"event": "error", "message": why})
+            self._send(Error(rid=rid, message=why))
             self.releases.add(rid)
         else:
             self.releases.discard(rid)
@@ -179,20 +187,21 @@ class MainDecodeState:
             self.apply_control(batch)
 
     # -- parking --------------------------------------------------------------------------
-    def _ready_event(self, req) -> dict:
+    def _ready_event(self, req, kv_bytes: int | None = None) -> Ready:
         prompt = len(req.origin_input_ids)
         # match_kv_cache set prefix_len to the decode-side radix hit; P sent the rest.
         cached = int(getattr(req, "prefix_len", 0) or 0)
-        return {
-            "event": "ready",
-            "t": self.parked_at[req.rid],
-            "prompt_tokens": prompt,
-            "cached_tokens": cached,
-            "received_tokens": prompt - cached,
+        return Ready(
+            rid=req.rid,
+            t=self.parked_at[req.rid],
+            prompt_tokens=prompt,
+            cached_tokens=cached,
+            received_tokens=prompt - cached,
+            kv_bytes=kv_bytes,
             # Handed-off ids whose KV is built (Catch-Up chunks): a router that lost an
             # "extended" event in a reconnect learns it from the "ready" its new watch brings.
-            "extended_tokens": int(getattr(req, "_pdd_extended", 0) or 0),
-        }
+            extended_tokens=int(getattr(req, "_pdd_extended", 0) or 0),
+        )
 
     def park_arrivals(self, scheduler) -> None:
         """Move relayed requests whose KV has arrived out of the waiting queue into ``parked``."""
@@ -207,8 +216,8 @@ class MainDecodeState:
             self.parked_at[req.rid] = time.time()
             self.idle.touch(req.rid)
             event = self._ready_event(req)
-            event["kv_bytes"] = event["received_tokens"] * kv_bytes_per_token(scheduler)
-            self._send(req.rid, event)
+            kv_bytes = event.received_tokens * kv_bytes_per_token(scheduler)
+            self._send(msgspec.structs.replace(event, kv_bytes=kv_bytes))
             if is_relayed(req.rid):
                 self.parked[req.rid] = req
                 if self._aborted_before_parking(req.rid):
@@ -271,7 +280,7 @@ class MainDecodeState:
                 continue
             del self.handoffs[rid]
             if isinstance(verdict, HandoffDeferred):
-                self._send(rid, {"event": "deferred", "message": verdict.reason})
+                self._send(Deferred(rid=rid, message=verdict.reason))
                 continue
             if verdict is True and final:
                 del self.parked[rid]
@@ -290,22 +299,18 @@ class MainDecodeState:
         """Tell the router a handoff was refused; the request stays parked until aborted."""
         logger.error("sglang-pdd: %s: handoff refused: %s", req.rid, reason)
         self.parked.setdefault(req.rid, req)
-        self._send(req.rid, {"event": "error", "message": f"handoff refused: {reason}"})
+        self._send(Error(rid=req.rid, message=f"handoff refused: {reason}"))
 
     def notify_extended(self, rid: str, tokens: int, final: bool) -> None:
-        self._send(rid, {"event": "extended", "t": time.time(), "tokens": tokens, "final": final})
+        self._send(Extended(rid=rid, t=time.time(), tokens=tokens, final=final))
         if final:
             self.watchers.pop(rid, None)
             self.kv_waits.discard(rid)
 
 
-def _rid_of(payload: bytes) -> str | None:
-    """The rid of a refused message, when it has a usable one."""
-    try:
-        rid = json.loads(payload).get("rid")
-    except (ValueError, AttributeError, TypeError):
-        return None
-    return rid if isinstance(rid, str) and 0 < len(rid) <= protocol.MAX_RID_CHARS else None
+def _op(message: ControlMessage) -> str:
+    """The wire tag of a control message (``watch``, ``handoff``, ``release``), for logs."""
+    return type(message).__struct_config__.tag
 
 
 def publish_prompt(scheduler, req) -> None:

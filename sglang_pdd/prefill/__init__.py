@@ -12,15 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-RELAY_PREFILL_SUFFIX = ".p1"
-MAIN_PREFILL_SUFFIX = ".p2"
+from sglang_pdd.wire.rids import MAIN_PREFILL_SUFFIX, RELAY_PREFILL_SUFFIX, twin_of
 
-
-def twin_of(rid: str) -> str | None:
-    """The room-1 rid whose prefill a room-2 rid must wait for (None for other rids)."""
-    if isinstance(rid, str) and rid.endswith(MAIN_PREFILL_SUFFIX):
-        return rid[: -len(MAIN_PREFILL_SUFFIX)] + RELAY_PREFILL_SUFFIX
-    return None
+__all__ = ["MAIN_PREFILL_SUFFIX", "RELAY_PREFILL_SUFFIX", "split_held", "twin_of"]
 
 
 def split_held(waiting: Iterable, pending_rids: set[str]) -> tuple[list, list]:

@@ -21,8 +21,9 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import recv_monitor_message
 
-from sglang_pdd.main_decode import protocol
 from sglang_pdd.router.upstream import UpstreamError
+from sglang_pdd.wire import codec
+from sglang_pdd.wire.messages import Handoff, Release, Watch
 
 logger = logging.getLogger("sglang_pdd.router")
 SEND_TIMEOUT_MS = 5000  # default: a connection silent this long is dropped; a send, failed
@@ -79,7 +80,7 @@ class MainControlClient:
             logger.warning("sglang-pdd router: control connection to %s re-established; "
                            "watching %d requests again", self.endpoint, len(rids))  # fmt: skip
             for rid in rids:
-                await self._send(protocol.watch(rid))
+                await self._send(codec.encode(Watch(rid=rid)))
 
     async def _send(self, payload: bytes) -> None:
         try:
@@ -96,12 +97,12 @@ class MainControlClient:
         while True:
             payload = await self._socket.recv()
             try:
-                event = protocol.decode_event(payload)
+                event = codec.decode_event(payload)
             except ValueError as exc:
                 logger.warning("sglang-pdd router: bad event from %s (%s): %r", self.endpoint,
                                exc, payload[:200])  # fmt: skip
                 continue
-            queue = self._queues.get(event["rid"])
+            queue = self._queues.get(event.rid)
             for listener in self.listeners:
                 try:
                     listener(event)
@@ -113,19 +114,19 @@ class MainControlClient:
     async def watch(self, rid: str) -> asyncio.Queue:
         """Subscribe to ``rid``'s events; returns the queue they arrive on."""
         queue = self._queues.setdefault(rid, asyncio.Queue())
-        await self._send(protocol.watch(rid))
+        await self._send(codec.encode(Watch(rid=rid)))
         return queue
 
     async def handoff(self, rid: str, token_ids: list[int], final: bool = True) -> None:
         """Hand the tokens the client already has to Main-Decode (``final``: RLD stops)."""
-        await self._send(protocol.handoff(rid, token_ids, final))
+        await self._send(codec.encode(Handoff(rid=rid, token_ids=list(token_ids), final=final)))
 
     def release_nowait(self, rid: str) -> bool:
         """``rid`` finished on Relay-Decode: MD keeps its KV (when it lands) and ends it. Never
         waits: with no live connection to MD it is dropped (False), and MD ends the request
         after --pdd-parked-ttl-s instead."""
         # An async socket answers a NOBLOCK send with a future that is already done.
-        sent = self._socket.send(protocol.release(rid), flags=zmq.NOBLOCK)
+        sent = self._socket.send(codec.encode(Release(rid=rid)), flags=zmq.NOBLOCK)
         if sent.done() and isinstance(sent.exception(), zmq.Again):
             logger.warning("sglang-pdd router: release of %s not sent: no live control "
                            "connection to %s", rid, self.endpoint)  # fmt: skip

@@ -18,6 +18,7 @@ from sglang_pdd.router.kv_events import KvEventSubscriber
 from sglang_pdd.router.main_control import MainControlClient
 from sglang_pdd.router.transfers import MainTransfers
 from sglang_pdd.transfer.link_model import LinkModelConfig, LiveLinkModel
+from sglang_pdd.wire.messages import Event, Ready
 
 logger = logging.getLogger("sglang_pdd.router")
 RECENT_S = 30.0  # how long MD's own reports stand in for KV events not yet received
@@ -116,14 +117,15 @@ class MainSite:
             self.mirror.confirm(token_ids)
         self._note_recent(block_hashes(token_ids, self.block_tokens))
 
-    def _on_event(self, event: dict) -> None:
-        if event.get("event") != "ready":
+    def _on_event(self, event: Event) -> None:
+        if not isinstance(event, Ready):
             return
         # MD stamps the event when the KV was in place; the router learns it one trip later.
-        now = time.monotonic() - max(time.time() - float(event.get("t", time.time())), 0.0)
-        self._note_recent(self.transfers.hashes_of(event["rid"]))
-        self.transfers.landed(event["rid"], event.get("cached_tokens"), event.get("kv_bytes"),
-                              now)  # fmt: skip
+        now = time.monotonic()
+        if event.t is not None:
+            now -= max(time.time() - event.t, 0.0)
+        self._note_recent(self.transfers.hashes_of(event.rid))
+        self.transfers.landed(event.rid, event.cached_tokens, event.kv_bytes, now)
 
     def view_tokens(self) -> int | None:
         """Tokens in the KV-event view of MD's cache (None without KV events)."""

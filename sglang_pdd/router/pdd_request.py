@@ -14,7 +14,6 @@ import random
 import time
 
 from sglang_pdd.cache.prefix_blocks import block_hashes
-from sglang_pdd.main_decode.protocol import SubRids
 from sglang_pdd.policy import PIPELINE_P_MD, PIPELINE_P_RLD
 from sglang_pdd.router.record import Finished, PddRecord, TokenDelta, token_logprobs
 from sglang_pdd.router.relayed import RelayedPipeline, take_ready_event
@@ -22,6 +21,8 @@ from sglang_pdd.router.transfers import DEFERRED
 from sglang_pdd.router.upstream import UpstreamError, abort, post_json, stream_sse
 from sglang_pdd.router.upstream_queue import END as _END
 from sglang_pdd.router.upstream_queue import pump as _pump
+from sglang_pdd.wire.messages import Ready
+from sglang_pdd.wire.rids import SubRids
 
 logger = logging.getLogger("sglang_pdd.router")
 # How long a request waits for a transfer of its prefix already on MD's link before sending
@@ -51,7 +52,7 @@ class PddRequestRun(RelayedPipeline):
         self._released = False  # finished on RLD; MD still receives (and caches) the KV
         self._transfer = None  # this request's registered transfer to MD
         self._last_relay_s = 0.0
-        self._handed_off = False  # the final handoff was sent to MD
+        self._core = None  # P-RLD-MD: the request's HandoffCore
         self._streams: dict[str, list[asyncio.Queue]] = {}  # instance URL -> its streams here
         self.site.active += 1
         router.prefill_active[self.prefill_url] += 1
@@ -94,10 +95,14 @@ class PddRequestRun(RelayedPipeline):
         stream = stream_sse(self.router.session, f"{url}/generate", body, incremental)
         # A parked MD stream is silent by design until the final handoff, or until the release
         # of a request that finished on RLD (MD then ends it once its KV has landed).
-        idle = ((lambda: limit if self._handed_off or self._released else None) if parked
-                else (lambda: limit))  # fmt: skip
+        idle = (lambda: limit if self._main_answer_due() else None) if parked else (lambda: limit)
         queue.task = self._spawn(_pump(stream, queue, url, idle))
         return queue
+
+    def _main_answer_due(self) -> bool:
+        """A parked MD stream owes tokens: the final handoff was sent (or taken), or the
+        request finished on RLD and MD ends it once its KV has landed."""
+        return self._released or (self._core is not None and self._core.main_answer_due)
 
     def _detach(self, *tasks: asyncio.Task) -> None:
         """Let ``tasks`` run to their end after this request is answered (not cancelled)."""
@@ -277,11 +282,11 @@ class PddRequestRun(RelayedPipeline):
         """Prefer the prefill server's error (it validates the prompt) over a decode-side one."""
         raise self._prefill_failure(prefill_task) or fallback
 
-    def _note_ready(self, event: dict) -> None:
+    def _note_ready(self, event: Ready) -> None:
         if self.record.main_ready_s is None:
             self.record.main_ready_s = self._since()
-            self.record.wan_bytes = int(event.get("kv_bytes", 0))
-            self.record.main_cached_tokens = event.get("cached_tokens")
+            self.record.wan_bytes = event.kv_bytes or 0
+            self.record.main_cached_tokens = event.cached_tokens
 
     async def _follow_main(self, main_q, events, already_sent: int, expected_prefix=(),
                            early=()):  # fmt: skip

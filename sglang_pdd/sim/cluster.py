@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import simpy
 
 from sglang_pdd.cache import BlockPrefixCache
+from sglang_pdd.handoff.steps import CHUNK, RelayedHandoff
 from sglang_pdd.policy import (
     PIPELINE_P_MD,
     PIPELINE_P_RLD,
@@ -27,7 +28,6 @@ from sglang_pdd.policy import (
     PipelinePolicy,
     RequestFacts,
 )
-from sglang_pdd.policy.handoff_state import CHUNK, RelayedHandoff
 from sglang_pdd.sim.chips import InstancePerf
 from sglang_pdd.sim.config import ClusterSpec, SimConfig
 from sglang_pdd.sim.instances import DecodeInstance, PrefillInstance

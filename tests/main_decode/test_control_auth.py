@@ -15,6 +15,7 @@ from sglang_pdd.main_decode.state import MainDecodeState
 from sglang_pdd.router.config import RouterConfig
 from sglang_pdd.router.main_control import MainControlClient
 from sglang_pdd.testbed.ports import free_port
+from sglang_pdd.wire.messages import Extended, Watch
 
 _FAILED = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
            | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)  # fmt: skip
@@ -30,7 +31,7 @@ def keys(tmp_path):
     return tmp_path / "keys", clients
 
 
-async def _read_until(state: MainDecodeState, count: int) -> list[dict]:
+async def _read_until(state: MainDecodeState, count: int) -> list:
     """What MD's socket delivered, once ``count`` messages have come."""
     messages = []
     while len(messages) < count:
@@ -61,6 +62,7 @@ def test_only_a_router_whose_key_md_accepts_reaches_the_control_socket(keys):
     state = MainDecodeState(port, host="127.0.0.1", curve=server)
     endpoint = f"tcp://127.0.0.1:{port}"
     context = zmq.Context()
+    intruder = plain = None
     try:
         # An intruder with a key pair of its own, and a peer without CURVE: both refused at the
         # handshake, so nothing they send can reach MD.
@@ -87,11 +89,12 @@ def test_only_a_router_whose_key_md_accepts_reaches_the_control_socket(keys):
 
         got, event = asyncio.run(router_side())
         # The router's watch was the only message MD read: the others never got through.
-        assert got == [{"op": "watch", "rid": "r.pdd-relayed"}]
-        assert (event["event"], event["tokens"]) == ("extended", 5)
-        intruder.close(0)
-        plain.close(0)
+        assert got == [Watch(rid="r.pdd-relayed")]
+        assert event == Extended(rid="r.pdd-relayed", tokens=5, final=False, t=event.t)
     finally:
+        for sock in (intruder, plain):
+            if sock is not None:
+                sock.close(0)
         state.socket.close(0)
         state.auth.stop()
         context.term()

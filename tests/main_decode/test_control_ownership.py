@@ -7,9 +7,10 @@ import time
 
 import zmq
 
-from sglang_pdd.main_decode import protocol
 from sglang_pdd.main_decode.state import MainDecodeState
 from sglang_pdd.testbed.ports import free_port
+from sglang_pdd.wire.codec import decode_event, encode
+from sglang_pdd.wire.messages import Deferred, Handoff, Release, Watch
 
 
 def _peer(port: int, name: bytes) -> zmq.Socket:
@@ -35,21 +36,21 @@ def test_only_the_watching_peer_may_act_on_a_request():
     state = MainDecodeState(port, host="127.0.0.1", vocab_size=100)
     owner, intruder = _peer(port, b"router-a"), _peer(port, b"router-b")
     try:
-        _deliver(state, owner, protocol.watch("r.pdd-relayed"))
+        _deliver(state, owner, encode(Watch(rid="r.pdd-relayed")))
         assert state.watchers["r.pdd-relayed"] == b"router-a"
-        for message in (protocol.watch("r.pdd-relayed"), protocol.release("r.pdd-relayed"),
-                        protocol.handoff("r.pdd-relayed", [1, 2], final=True)):  # fmt: skip
+        rid = "r.pdd-relayed"
+        for message in map(encode, (Watch(rid), Release(rid), Handoff(rid, [1, 2], final=True))):
             _deliver(state, intruder, message)
             reply = _reply(intruder)
             assert reply["event"] == "error" and "another peer owns" in reply["message"], reply
         assert state.watchers["r.pdd-relayed"] == b"router-a"
         assert not state.releases and not state.handoffs
         # Acting on a request nobody watched is refused too.
-        _deliver(state, intruder, protocol.release("other.pdd-relayed"))
+        _deliver(state, intruder, encode(Release(rid="other.pdd-relayed")))
         assert "before watch" in _reply(intruder)["message"]
         # The owner's own messages are taken.
-        _deliver(state, owner, protocol.handoff("r.pdd-relayed", [1, 2], final=False))
-        _deliver(state, owner, protocol.release("r.pdd-relayed"))
+        _deliver(state, owner, encode(Handoff(rid="r.pdd-relayed", token_ids=[1, 2], final=False)))
+        _deliver(state, owner, encode(Release(rid="r.pdd-relayed")))
         assert state.handoffs["r.pdd-relayed"] == ([1, 2], False)
         assert "r.pdd-relayed" in state.releases
     finally:
@@ -97,17 +98,17 @@ def test_a_deferred_final_handoff_is_dropped_and_reported_and_the_request_stays_
     router = _peer(port, b"router-a")
     rid = "r.pdd-relayed"
     try:
-        _deliver(state, router, protocol.watch(rid))
+        _deliver(state, router, encode(Watch(rid=rid)))
         state.parked[rid] = SimpleNamespace(rid=rid)
         state.parked_at[rid] = 0.0
-        _deliver(state, router, protocol.handoff(rid, [1, 2, 3], final=True))
+        _deliver(state, router, encode(Handoff(rid=rid, token_ids=[1, 2, 3], final=True)))
         taken = state.take_ready_handoffs(lambda req, ids, final: HandoffDeferred("no room"))
         assert taken == [] and rid in state.parked and rid not in state.handoffs
         reply = _reply(router)
         assert reply == {"event": "deferred", "message": "no room", "rid": rid}
-        assert protocol.decode_event(json.dumps(reply).encode())["event"] == "deferred"
+        assert isinstance(decode_event(json.dumps(reply).encode()), Deferred)
         # Sent again with more ids, and taken: it leaves the parked set to decode on.
-        _deliver(state, router, protocol.handoff(rid, [1, 2, 3, 4], final=True))
+        _deliver(state, router, encode(Handoff(rid=rid, token_ids=[1, 2, 3, 4], final=True)))
         taken = state.take_ready_handoffs(lambda req, ids, final: True)
         assert [(ids, final) for _, ids, final, _ in taken] == [([1, 2, 3, 4], True)]
         assert rid not in state.parked
@@ -136,12 +137,12 @@ def test_control_messages_read_on_rank_0_leave_every_rank_in_the_same_state():
                     items.extend(batch.items)
             assert len(items) == count, items
 
-        owner.send(protocol.watch("r.pdd-relayed"))
-        owner.send(protocol.handoff("r.pdd-relayed", [1, 2, 3], final=True))
-        owner.send(protocol.watch("s.pdd-relayed"))
+        owner.send(encode(Watch(rid="r.pdd-relayed")))
+        owner.send(encode(Handoff(rid="r.pdd-relayed", token_ids=[1, 2, 3], final=True)))
+        owner.send(encode(Watch(rid="s.pdd-relayed")))
         read(3)  # two peers' messages have no order between them: the owner's come first
         intruder.send(b"not json")  # malformed: dropped on rank 0, never broadcast
-        intruder.send(protocol.release("r.pdd-relayed"))  # refused by ownership, on rank 0
+        intruder.send(encode(Release(rid="r.pdd-relayed")))  # refused by ownership, on rank 0
         read(4)
         from sglang_pdd.main_decode.state import ControlMessages
 

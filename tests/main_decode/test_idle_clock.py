@@ -6,8 +6,9 @@ import json
 from types import SimpleNamespace
 
 from sglang_pdd.main_decode.idle_clock import IdleClock
-from sglang_pdd.main_decode.state import EXPIRE, ControlMessages, MainDecodeState
+from sglang_pdd.main_decode.state import ControlMessages, MainDecodeState
 from sglang_pdd.testbed.ports import free_port
+from sglang_pdd.wire.messages import Expire
 
 
 def test_expired_names_what_was_idle_past_the_ttl_once():
@@ -42,8 +43,8 @@ def test_a_parked_request_without_control_activity_is_ended_and_its_watcher_told
         state.idle.ttl_s = 0.0  # everything is idle past the TTL now
         state.idle._next_check = 0.0
         batch = state.read_control()
-        assert sorted(m["rid"] for _, m in batch.items) == ["p.pdd-relayed", "w.pdd-relayed"]
-        assert all(m["op"] == EXPIRE for _, m in batch.items)
+        assert sorted(m.rid for _, m in batch.items) == ["p.pdd-relayed", "w.pdd-relayed"]
+        assert all(isinstance(m, Expire) for _, m in batch.items)
         state.apply_control(batch)
         assert state.releases == {"p.pdd-relayed"}  # ends through SGLang's abort, KV cached
         assert state.watchers == {} and state.handoffs == {}
@@ -51,7 +52,7 @@ def test_a_parked_request_without_control_activity_is_ended_and_its_watcher_told
         reply = json.loads(router.recv())
         assert reply["event"] == "error" and "--pdd-parked-ttl-s" in reply["message"]
         # A peer cannot send an expire: the socket accepts only the protocol's ops.
-        router.send(json.dumps({"op": EXPIRE, "rid": "x.pdd-relayed"}).encode())
+        router.send(json.dumps({"op": "expire", "rid": "x.pdd-relayed"}).encode())
         state.wait_for_control(10_000)
         assert state.read_control() in (None, ControlMessages(()))
     finally:

@@ -55,7 +55,7 @@ def test_after_a_reconnect_every_followed_request_is_watched_again_and_events_fl
 
     first, again, got = asyncio.run(run())
     assert first == {"a.pdd-relayed", "b.pdd-relayed"} and again == {"a.pdd-relayed"}
-    assert got["extended_tokens"] == 64
+    assert got.extended_tokens == 64
 
 
 def test_a_message_nobody_takes_fails_naming_main_decode_instead_of_waiting():

@@ -63,6 +63,7 @@ def test_md_reports_stand_in_until_its_kv_events_arrive():
     async def run():
         from sglang_pdd.router.main_site import MainSite
         from sglang_pdd.transfer.link_model import LinkModelConfig
+        from sglang_pdd.wire.messages import Ready
 
         site = MainSite(MainEndpoint("http://m:1", "tcp://127.0.0.1:1", "tcp://127.0.0.1:3"),
                         LinkModelConfig(1e6, 0.1), 16, 1 << 12)  # fmt: skip
@@ -71,8 +72,7 @@ def test_md_reports_stand_in_until_its_kv_events_arrive():
 
         site.transfers.start("r.pdd-relayed", block_hashes(ids, 16), 0, 640 * 512, now=0.0)
         assert site.cached_tokens(ids) == 0  # no KV event yet, nothing reported
-        site._on_event({"event": "ready", "rid": "r.pdd-relayed", "t": 0.0,
-                        "cached_tokens": 0, "kv_bytes": 640 * 512})  # fmt: skip
+        site._on_event(Ready(rid="r.pdd-relayed", t=0.0, cached_tokens=0, kv_bytes=640 * 512))
         assert site.cached_tokens(ids + [1, 2]) == 640  # MD's own report, before its events
         site.subscriber.view.apply({"type": "AllBlocksCleared"})
         assert site.cached_tokens(ids) == 0  # a flush drops the reports too

@@ -68,7 +68,7 @@ def test_router_imports_the_same_policy_module():
 def test_the_simulator_drives_the_routers_handoff_state_machine():
     """Each relayed request's handoff is a RelayedHandoff (the class the router drives) that
     ended with MD taking the final handoff, after RLD's first id (MD needs one it lacks)."""
-    from sglang_pdd.policy.handoff_state import RelayedHandoff
+    from sglang_pdd.handoff.steps import RelayedHandoff
 
     s = spec("pdd")
     sim = ClusterSim(s, config(s), RecordingPolicy(), RecordingHandoff())

@@ -1,4 +1,6 @@
-"""``RelayedHandoff``: where one P-RLD-MD request stands in its handoff, and what to do next.
+"""``RelayedHandoff``: what to send Main-Decode next for one P-RLD-MD request.
+
+The step planner inside ``handoff.core.HandoffCore`` (the simulator drives it directly).
 
 The router feeds it what happens (RLD streamed more ids, MD reported its KV ready, MD finished
 extending a Catch-Up chunk, MD took, deferred or refused the final handoff) and asks
@@ -79,12 +81,13 @@ class RelayedHandoff:
         self.final_pending = False
         self.done = True
 
-    def final_deferred(self, now: float) -> None:
-        """MD had no KV room for the final handoff: make it again at ``now + retry_s``."""
+    def final_deferred(self, now: float | None = None) -> None:
+        """MD had no KV room for the final handoff: make it again at ``now + retry_s``
+        (``now`` None: ``retry_s`` after the next ``next_step`` call's ``now``)."""
         self.final_pending = False
         self.handed = self._extended
         self.deferrals += 1
-        self._retry_at = now + self.retry_s
+        self._retry_at = None if now is None else now + self.retry_s
 
     def main_rewatched(self, extended_tokens: int) -> bool:
         """MD answered a new watch (the control connection was redialed) with ``ready``: the
@@ -115,6 +118,8 @@ class RelayedHandoff:
 
     def next_step(self, relay_load: float, now: float = 0.0) -> HandoffStep | None:
         """What to send MD now (and record it as sent), or None to wait."""
+        if self._retry_at is None:
+            self._retry_at = now + self.retry_s
         if (self.done or self.refused or self.final_pending or not self.ready
                 or self.chunk_in_flight or now < self._retry_at):  # fmt: skip
             return None

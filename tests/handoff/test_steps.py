@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from sglang_pdd.handoff.steps import CHUNK, FINAL, HandoffStep, RelayedHandoff
 from sglang_pdd.policy.handoff import HandoffPolicy, HandoffPolicyConfig
-from sglang_pdd.policy.handoff_state import CHUNK, FINAL, HandoffStep, RelayedHandoff
 
 
 def _state(mode="one-shot", threshold=4, chunk=64, busy=0.5) -> RelayedHandoff:

@@ -1,0 +1,179 @@
+"""``HandoffCore``: all of one relayed request's handoff state, as a pure state machine.
+
+The router's loop (``router/relayed.py``) feeds it what it reads (``signals``' inputs and MD's
+``wire.messages`` events) and executes the actions it returns; it keeps no handoff state of its
+own. The rules, each enforced here:
+
+* RLD's ids go to the client as they come, except while a final handoff is pending (sent, not
+  yet answered): then they are held back. MD taking the handoff drops them (MD regenerates the
+  same ids); MD deferring or refusing it, or the handoff being lost in a control reconnect,
+  sends them to the client in order.
+* What to send MD and when is ``steps.RelayedHandoff``'s: nothing before MD's KV is ready, one
+  Catch-Up chunk in flight at a time, a deferred final handoff made again ``retry_s`` later.
+* RLD finishing first (no final handoff pending) ends the request on RLD.
+* RLD failing while MD holds the KV makes MD take every id the client has at once; failing
+  before that (or after MD refused) fails the request (it migrates). P's own error, when P
+  failed, is the one raised.
+* MD refusing, failing or draining leaves the request on RLD; if RLD has failed too, the
+  request fails with RLD's error.
+* After the request ended (finished on RLD, taken by MD, failed) every input is ignored.
+"""
+
+from __future__ import annotations
+
+from sglang_pdd.handoff.signals import (
+    Action,
+    EmitRelayIds,
+    Fail,
+    FinishOnRelay,
+    FollowMain,
+    MainChunk,
+    MainLost,
+    NoteReady,
+    RelayChunk,
+    RelayEnded,
+    ResendLostHandoff,
+    RetryLater,
+    SendToMain,
+    StayOnRelay,
+    TakeOverFromLostRelay,
+    Tick,
+)
+from sglang_pdd.handoff.steps import CHUNK, RelayedHandoff
+from sglang_pdd.policy.handoff import HandoffPolicy
+from sglang_pdd.wire.messages import Deferred, Error, Extended, Ready
+
+
+class HandoffCore:
+    """One relayed request's handoff: ``on(input) -> [actions]``."""
+
+    def __init__(self, policy: HandoffPolicy, retry_s: float = 0.5) -> None:
+        self.steps = RelayedHandoff(policy, retry_s)
+        self.relay_ids: list[int] = []  # RLD's ids the client has
+        self.early_main: list[dict] = []  # MD's chunks read before its "extended" event
+        self.relay_error: Exception | None = None  # RLD failed; MD took over for it
+        self.ended = False  # finished on RLD, taken by MD, or failed: nothing more happens
+        self._held: list[RelayChunk | RelayEnded] = []  # read while a final handoff pends
+
+    # -- what the loop reads ----------------------------------------------------------------
+    @property
+    def final_pending(self) -> bool:
+        """A final handoff was sent and MD has not answered it (read MD's stream too)."""
+        return self.steps.final_pending
+
+    @property
+    def main_answer_due(self) -> bool:
+        """MD owes the client tokens now (its stream's idle limit runs)."""
+        return self.steps.final_pending or self.steps.done
+
+    # -- the machine ------------------------------------------------------------------------
+    def on(self, signal) -> list[Action]:
+        """Feed one input; return what the loop must do, in order."""
+        if self.ended:
+            return []
+        if isinstance(signal, (RelayChunk, RelayEnded)):
+            if self.steps.final_pending:
+                self._held.append(signal)
+                return []
+            return self._relay(signal)
+        if isinstance(signal, Tick):
+            return self._tick(signal)
+        if isinstance(signal, Ready):
+            return self._ready(signal)
+        if isinstance(signal, Extended):
+            if not signal.final:
+                self.steps.chunk_extended()
+                return []
+            self.steps.final_taken()
+            return self._taken()
+        if isinstance(signal, MainChunk):
+            if not self.steps.final_pending:
+                return []
+            self.early_main.append(signal.chunk)
+            self.steps.final_taken()
+            return self._taken()
+        if isinstance(signal, Deferred):
+            if not self.steps.final_pending:
+                return []
+            self.steps.final_deferred()
+            actions: list[Action] = [RetryLater(signal.message, self.steps.deferrals)]
+            return actions + self._release_held()
+        if isinstance(signal, Error):
+            return self._stay_on_relay(signal.message)
+        if isinstance(signal, MainLost):
+            if self.steps.refused:
+                return []
+            return self._stay_on_relay(signal.reason)
+        raise TypeError(f"HandoffCore cannot take {type(signal).__name__}")
+
+    def _relay(self, signal: RelayChunk | RelayEnded) -> list[Action]:
+        if isinstance(signal, RelayEnded):
+            return self._relay_ended(signal)
+        actions: list[Action] = []
+        ids = signal.output_ids
+        if len(ids) > len(self.relay_ids):
+            first = not self.relay_ids
+            actions.append(EmitRelayIds(list(ids[len(self.relay_ids) :]), signal.meta, first))
+            self.relay_ids = list(ids)
+            self.steps.relay_progress(len(ids))
+        if signal.finish_reason:
+            self.ended = True
+            actions.append(FinishOnRelay(signal.finish_reason))
+        return actions
+
+    def _relay_ended(self, signal: RelayEnded) -> list[Action]:
+        if self.relay_error is not None:
+            return []  # the dead stream's end after its failure: MD has taken over
+        if signal.prefill_error is not None:
+            return self._fail(signal.prefill_error)
+        if not self.steps.ready or self.steps.refused:
+            return self._fail(signal.error)
+        self.relay_error = signal.error
+        self.steps.relay_lost()
+        return [TakeOverFromLostRelay(signal.error)]
+
+    def _ready(self, event: Ready) -> list[Action]:
+        again = self.steps.ready  # MD answering the watch of a redialed connection
+        self.steps.main_ready()
+        actions: list[Action] = [NoteReady(event)]
+        # It says how far MD extended: an "extended" lost in the reconnect is re-derived from
+        # it, and a handoff message lost in it is made again.
+        if again and self.steps.main_rewatched(event.extended_tokens):
+            actions.append(ResendLostHandoff())
+            actions += self._release_held()
+        return actions
+
+    def _tick(self, tick: Tick) -> list[Action]:
+        step = self.steps.next_step(tick.relay_load, tick.now)
+        if step is None:
+            return []
+        final = step.kind != CHUNK
+        ids = list(self.relay_ids[: step.upto])
+        return [SendToMain(ids, final, self.steps.mode, self.steps.chunks)]
+
+    def _taken(self) -> list[Action]:
+        self.ended = True
+        newest = max((len(h.output_ids) for h in self._held if isinstance(h, RelayChunk)),
+                     default=0)  # fmt: skip
+        dropped = max(newest - len(self.relay_ids), 0)
+        self._held.clear()
+        return [FollowMain(list(self.relay_ids), list(self.early_main), dropped)]
+
+    def _stay_on_relay(self, reason: str) -> list[Action]:
+        if self.relay_error is not None:
+            return self._fail(self.relay_error)
+        self.steps.main_refused()
+        return [StayOnRelay(reason)] + self._release_held()
+
+    def _release_held(self) -> list[Action]:
+        held, self._held = self._held, []
+        actions: list[Action] = []
+        for signal in held:
+            if self.ended:
+                break
+            actions += self._relay(signal)
+        return actions
+
+    def _fail(self, error: BaseException) -> list[Action]:
+        self.ended = True
+        return [Fail(error)]
