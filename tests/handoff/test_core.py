@@ -1,0 +1,249 @@
+"""``HandoffCore``, table-driven: a sequence of inputs in, the actions each returns out.
+
+Each case is a list of ``(input, expected actions)`` steps fed to one core in order. The cases
+cover One-Shot, Catch-Up, deferral, refusal, a final handoff lost in a control reconnect, RLD
+failing (MD ready or not, P failed or not), MD failing, and the request finishing on RLD.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_pdd.handoff.core import HandoffCore
+from sglang_pdd.handoff.signals import (
+    EmitRelayIds,
+    Fail,
+    FinishOnRelay,
+    FollowMain,
+    MainChunk,
+    MainLost,
+    NoteReady,
+    RelayChunk,
+    RelayEnded,
+    ResendLostHandoff,
+    RetryLater,
+    SendToMain,
+    StayOnRelay,
+    TakeOverFromLostRelay,
+    Tick,
+)
+from sglang_pdd.policy.handoff import HandoffPolicy, HandoffPolicyConfig
+from sglang_pdd.wire.messages import Deferred, Error, Extended, Ready
+
+RID = "r.pdd-relayed"
+READY = Ready(rid=RID, t=1.0, prompt_tokens=10, received_tokens=10, kv_bytes=100)
+RLD_DOWN = ConnectionError("relay stream ended")
+P_DOWN = RuntimeError("prefill failed: bad prompt")
+STOP = {"type": "length", "length": 5}
+
+
+def ids(n: int, start: int = 0) -> list[int]:
+    return list(range(100 + start, 100 + n))
+
+
+def relay(n: int, finish=None) -> RelayChunk:
+    return RelayChunk(ids(n), {"n": n}, finish)
+
+
+def emit(upto: int, since: int = 0) -> EmitRelayIds:
+    return EmitRelayIds(ids(upto, since), {"n": upto}, first=since == 0)
+
+
+def tick(now: float = 0.0, load: float = 0.0) -> Tick:
+    return Tick(now, load)
+
+
+def final(n: int, mode="one-shot", chunks=1) -> SendToMain:
+    return SendToMain(ids(n), True, mode, chunks)
+
+
+def chunk(n: int, chunks: int) -> SendToMain:
+    return SendToMain(ids(n), False, "catch-up", chunks)
+
+
+ONE_SHOT = [
+    (relay(1), [emit(1)]),
+    (tick(), []),  # MD not ready: nothing goes to MD
+    (READY, [NoteReady(READY)]),
+    (relay(3), [emit(3, 1)]),
+    (tick(), [final(3)]),
+    (relay(5), []),  # held back while MD answers the final handoff
+    (tick(), []),
+    (Extended(rid=RID, tokens=3, final=True), [FollowMain(ids(3), [], dropped_ids=2)]),
+    (relay(6), []),  # the request is MD's now: nothing more
+]
+
+ONE_SHOT_ANSWERED_BY_MAINS_STREAM = [
+    (READY, [NoteReady(READY)]),
+    (relay(2), [emit(2)]),
+    (tick(), [final(2)]),
+    (MainChunk({"output_ids": ids(3)}), [FollowMain(ids(2), [{"output_ids": ids(3)}], 0)]),
+    (Extended(rid=RID, tokens=2, final=True), []),
+]
+
+CATCH_UP = [
+    (READY, [NoteReady(READY)]),
+    (relay(10), [emit(10)]),
+    (tick(), [chunk(4, 1)]),  # backlog 10 > threshold 4: a chunk of 4, RLD goes on
+    (relay(12), [emit(12, 10)]),
+    (tick(), []),  # one chunk in flight at a time
+    (Extended(rid=RID, tokens=4, final=False), []),
+    (tick(), [chunk(8, 2)]),  # backlog 8 > 4: another chunk
+    (Extended(rid=RID, tokens=4, final=False), []),
+    (relay(13), [emit(13, 12)]),
+    (tick(), [chunk(12, 3)]),  # backlog 5 > 4: the chunk keeps the newest id back
+    (Extended(rid=RID, tokens=4, final=False), []),
+    (tick(), [SendToMain(ids(13), True, "catch-up", 4)]),  # backlog 1: the final switch
+    (relay(14), []),
+    (Extended(rid=RID, tokens=1, final=True), [FollowMain(ids(13), [], 1)]),
+]
+
+DEFERRAL = [
+    (READY, [NoteReady(READY)]),
+    (relay(3), [emit(3)]),
+    (tick(0.0), [final(3)]),
+    (relay(4), []),
+    (relay(6), []),
+    (Deferred(rid=RID, message="no room"), [RetryLater("no room", 1), emit(4, 3), emit(6, 4)]),
+    (tick(1.0), []),  # the retry waits retry_s (0.5) from here
+    (relay(7), [emit(7, 6)]),
+    (tick(1.4), []),
+    (tick(1.5), [final(7, chunks=2)]),
+    (Extended(rid=RID, tokens=7, final=True), [FollowMain(ids(7), [], 0)]),
+]
+
+REFUSAL = [
+    (READY, [NoteReady(READY)]),
+    (relay(2), [emit(2)]),
+    (tick(), [final(2)]),
+    (relay(3), []),
+    (Error(rid=RID, message="handoff refused: x"), [StayOnRelay("handoff refused: x"), emit(3, 2)]),
+    (tick(), []),  # nothing more goes to MD
+    (relay(5, STOP), [emit(5, 3), FinishOnRelay(STOP)]),
+    (Extended(rid=RID, tokens=2, final=True), []),
+]
+
+FINAL_LOST_IN_A_RECONNECT = [
+    (READY, [NoteReady(READY)]),
+    (relay(2), [emit(2)]),
+    (tick(), [final(2)]),
+    (relay(4), []),
+    (READY, [NoteReady(READY), ResendLostHandoff(), emit(4, 2)]),  # MD still parked
+    (tick(), [final(4, chunks=2)]),
+    (Extended(rid=RID, tokens=4, final=True), [FollowMain(ids(4), [], 0)]),
+]
+
+FINISH_ON_RELAY = [
+    (relay(2), [emit(2)]),
+    (relay(5, STOP), [emit(5, 2), FinishOnRelay(STOP)]),
+    (READY, []),
+    (tick(), []),
+]
+
+RELAY_FAILS_WITH_MAIN_READY = [
+    (READY, [NoteReady(READY)]),
+    (relay(2), [emit(2)]),
+    (RelayEnded(RLD_DOWN), [TakeOverFromLostRelay(RLD_DOWN)]),
+    (RelayEnded(RLD_DOWN), []),  # the dead stream's end after its failure
+    (tick(), [final(2)]),
+    (Extended(rid=RID, tokens=2, final=True), [FollowMain(ids(2), [], 0)]),
+]
+
+RELAY_FAILS_BEFORE_MAIN_IS_READY = [
+    (relay(2), [emit(2)]),
+    (RelayEnded(RLD_DOWN), [Fail(RLD_DOWN)]),  # the request migrates
+    (READY, []),
+]
+
+PREFILL_FAILED = [
+    (READY, [NoteReady(READY)]),
+    (RelayEnded(RLD_DOWN, prefill_error=P_DOWN), [Fail(P_DOWN)]),  # P's error is the client's
+]
+
+RELAY_THEN_MAIN_FAIL = [
+    (READY, [NoteReady(READY)]),
+    (relay(2), [emit(2)]),
+    (RelayEnded(RLD_DOWN), [TakeOverFromLostRelay(RLD_DOWN)]),
+    (tick(), [final(2)]),
+    (MainLost("Main-Decode's stream failed: ended"), [Fail(RLD_DOWN)]),
+]
+
+MAIN_STREAM_FAILS_WHILE_FINAL_PENDS = [
+    (READY, [NoteReady(READY)]),
+    (relay(2), [emit(2)]),
+    (tick(), [final(2)]),
+    (relay(3), []),
+    (MainLost("stream failed"), [StayOnRelay("stream failed"), emit(3, 2)]),
+    (MainLost("draining"), []),  # already staying on RLD
+    (relay(4, STOP), [emit(4, 3), FinishOnRelay(STOP)]),
+]
+
+MAIN_DRAINING_BEFORE_HANDOFF = [
+    (relay(2), [emit(2)]),
+    (MainLost("http://md is draining"), [StayOnRelay("http://md is draining")]),
+    (READY, [NoteReady(READY)]),
+    (tick(), []),
+    (relay(3, STOP), [emit(3, 2), FinishOnRelay(STOP)]),
+]
+
+
+@pytest.mark.parametrize(
+    ("mode", "steps"),
+    [
+        ("one-shot", ONE_SHOT),
+        ("one-shot", ONE_SHOT_ANSWERED_BY_MAINS_STREAM),
+        ("catch-up", CATCH_UP),
+        ("one-shot", DEFERRAL),
+        ("one-shot", REFUSAL),
+        ("one-shot", FINAL_LOST_IN_A_RECONNECT),
+        ("one-shot", FINISH_ON_RELAY),
+        ("catch-up", RELAY_FAILS_WITH_MAIN_READY),
+        ("one-shot", RELAY_FAILS_BEFORE_MAIN_IS_READY),
+        ("one-shot", PREFILL_FAILED),
+        ("one-shot", RELAY_THEN_MAIN_FAIL),
+        ("one-shot", MAIN_STREAM_FAILS_WHILE_FINAL_PENDS),
+        ("one-shot", MAIN_DRAINING_BEFORE_HANDOFF),
+    ],
+    ids=[
+        "one-shot",
+        "one-shot answered by MD's stream",
+        "catch-up",
+        "deferral",
+        "refusal",
+        "final handoff lost in a reconnect",
+        "finish on RLD",
+        "RLD fails with MD ready",
+        "RLD fails before MD is ready",
+        "P failed",
+        "RLD then MD fail",
+        "MD's stream fails while the final handoff pends",
+        "MD draining before any handoff",
+    ],
+)
+def test_inputs_in_actions_out(mode, steps):
+    policy = HandoffPolicy(
+        HandoffPolicyConfig(mode=mode, catchup_threshold_tokens=4, catchup_chunk_tokens=4)
+    )
+    core = HandoffCore(policy, retry_s=0.5)
+    for number, (signal, expected) in enumerate(steps):
+        assert core.on(signal) == expected, f"step {number}: {signal}"
+
+
+def test_the_main_stream_idle_limit_runs_only_while_md_owes_tokens():
+    core = HandoffCore(HandoffPolicy(), retry_s=0.5)
+    core.on(READY)
+    core.on(relay(2))
+    assert not core.main_answer_due
+    core.on(tick())
+    assert core.final_pending and core.main_answer_due
+    core.on(Deferred(rid=RID, message="no room"))
+    assert not core.main_answer_due  # parked again: MD's stream is silent by design
+    core.on(tick(0.0))
+    core.on(tick(1.0))
+    assert core.on(Extended(rid=RID, tokens=2, final=True))
+    assert core.main_answer_due and core.ended
+
+
+def test_an_input_the_core_does_not_know_is_refused_loudly():
+    with pytest.raises(TypeError, match="cannot take"):
+        HandoffCore(HandoffPolicy()).on(object())
