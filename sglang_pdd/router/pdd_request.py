@@ -30,6 +30,28 @@ logger = logging.getLogger("sglang_pdd.router")
 DEPENDENCY_TIMEOUT_S = 60
 
 
+class _Gaps:
+    """Mean and largest gap between a source's chunks as the router forwarded them."""
+
+    def __init__(self) -> None:
+        self.last: float | None = None
+        self.total = 0.0
+        self.count = 0
+        self.largest = 0.0
+
+    def note(self, now: float) -> None:
+        if self.last is not None:
+            gap = now - self.last
+            self.total += gap
+            self.count += 1
+            self.largest = max(self.largest, gap)
+        self.last = now
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+
 class PddRequestRun(RelayedPipeline):
     """Drive one request; iterate ``events()`` for ``TokenDelta``s and a final ``Finished``."""
 
@@ -52,6 +74,8 @@ class PddRequestRun(RelayedPipeline):
         self._released = False  # finished on RLD; MD still receives (and caches) the KV
         self._transfer = None  # this request's registered transfer to MD
         self._last_relay_s = 0.0
+        self._gap_from: float | None = None  # when the last id before a final handoff went
+        self._itl = {"relay": _Gaps(), "main": _Gaps()}  # chunk gaps per source
         self._core = None  # P-RLD-MD: the request's HandoffCore
         self._streams: dict[str, list[asyncio.Queue]] = {}  # instance URL -> its streams here
         self.site.active += 1
@@ -113,17 +137,25 @@ class PddRequestRun(RelayedPipeline):
 
     def _delta(self, token_ids: list[int], source: str, meta: dict) -> TokenDelta:
         now = self._since()
-        if self.record.first_token_s is None and token_ids:
-            self.record.first_token_s = now
+        rec = self.record
+        if rec.first_token_s is None and token_ids:
+            rec.first_token_s = now
+        if self._gap_from is not None:  # the first id after a final handoff was sent
+            rec.handoff_gaps_s.append(now - self._gap_from)
+            self._gap_from = None
+        self._itl[source].note(now)
         if source == "relay":
-            self.record.relay_tokens += len(token_ids)
-            self._last_relay_s = now
+            rec.relay_tokens += len(token_ids)
+            self._last_relay_s = rec.relay_last_s = now
         else:
-            if self.record.main_tokens == 0 and self.record.relay_tokens:
-                self.record.handoff_stall_s = now - self._last_relay_s
-                if self.record.handoff_s is not None:
-                    self.record.handoff_to_main_s = now - self.record.handoff_s
-            self.record.main_tokens += len(token_ids)
+            if rec.main_tokens == 0:
+                rec.main_first_s = now
+                if rec.relay_tokens:
+                    rec.handoff_stall_s = now - self._last_relay_s
+                    if rec.handoff_s is not None:
+                        rec.handoff_to_main_s = now - rec.handoff_s
+            rec.main_tokens += len(token_ids)
+        rec.e2e_s = now
         if not self.body.get("return_logprob"):
             return TokenDelta(token_ids, source)
         return TokenDelta(token_ids, source, *token_logprobs(meta, len(token_ids)))
@@ -149,7 +181,17 @@ class PddRequestRun(RelayedPipeline):
         pairs = [(url, rid) for url, rids in self.sub_rids().items() for rid in rids]
         await asyncio.gather(*(abort(self.router.session, url, rid) for url, rid in pairs))
 
-    def _prefill_done(self, _task=None) -> None:
+    def _finished(self, finish_reason: dict | None) -> Finished:
+        """The request's end, with its record's streaming figures filled in."""
+        rec = self.record
+        rec.relay_itl_s = self._itl["relay"].mean
+        rec.main_itl_s = self._itl["main"].mean
+        rec.main_itl_max_s = self._itl["main"].largest if self._itl["main"].count else None
+        return Finished(finish_reason, self.prompt_tokens, rec)
+
+    def _prefill_done(self, task: asyncio.Task | None = None) -> None:
+        if task is not None and self.record.prefill_s is None:
+            self.record.prefill_s = self._since()
         if self._counted:
             self._counted = False
             self.router.prefill_active[self.prefill_url] -= 1
@@ -267,7 +309,7 @@ class PddRequestRun(RelayedPipeline):
                 sent = len(ids)
             if chunk["meta_info"].get("finish_reason"):
                 self.record.finished_on = "relay"
-                yield Finished(chunk["meta_info"]["finish_reason"], self.prompt_tokens, self.record)
+                yield self._finished(chunk["meta_info"]["finish_reason"])
                 return
 
     @staticmethod
@@ -310,7 +352,7 @@ class PddRequestRun(RelayedPipeline):
                 self.record.finished_on = "main"
                 self._drain_ready(events)
                 self._main_ended(ids)
-                yield Finished(chunk["meta_info"]["finish_reason"], self.prompt_tokens, self.record)
+                yield self._finished(chunk["meta_info"]["finish_reason"])
                 return
         raise UpstreamError(502, {"error": {"message": "Main-Decode stream ended early"}},
                             self.main.url)  # fmt: skip

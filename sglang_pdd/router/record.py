@@ -33,9 +33,42 @@ class PddRecord:
     main_cached_tokens: int | None = None
     first_token_s: float | None = None
     finished_on: str = ""
+    # Where the answer's time went (seconds since the router received the request):
+    prefill_s: float | None = None  # P answered its sub-request (P's queue, prefill, KV sent)
+    relay_last_s: float | None = None  # RLD's last id sent to the client
+    main_first_s: float | None = None  # MD's first id sent to the client
+    e2e_s: float | None = None  # the last id sent (the request's end)
+    # The client-visible gap at each final handoff: the last id sent before it to the next id
+    # sent after it (MD's first, or RLD's held ids when MD deferred or refused it).
+    handoff_gaps_s: list[float] = field(default_factory=list)
+    relay_itl_s: float | None = None  # mean gap between RLD's chunks at the router
+    main_itl_s: float | None = None  # mean gap between MD's chunks at the router
+    main_itl_max_s: float | None = None
+
+    def phases(self) -> dict[str, float]:
+        """The request's E2E split into consecutive phases that add up to ``e2e_s``: to the
+        first token (router wait, P's queue and prefill, KV to the first decoder, its first
+        step), RLD's streaming, the handoff gap (RLD's last id to MD's first) and MD's
+        streaming. Empty until the request finished."""
+        if self.e2e_s is None or self.first_token_s is None:
+            return {}
+        out = {"to_first_token": self.first_token_s}
+        relayed, mained = self.relay_last_s is not None, self.main_first_s is not None
+        if relayed and mained:
+            out["relay"] = self.relay_last_s - self.first_token_s
+            out["handoff_gap"] = self.main_first_s - self.relay_last_s
+            out["main"] = self.e2e_s - self.main_first_s
+        elif relayed:
+            out["relay"] = self.e2e_s - self.first_token_s
+        else:
+            out["main"] = self.e2e_s - self.first_token_s
+        return out
 
     def as_dict(self) -> dict:
-        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+        out = {**asdict(self), "phases": self.phases()}
+        out["handoff_gaps_s"] = [round(g, 4) for g in self.handoff_gaps_s]
+        out["phases"] = {k: round(v, 4) for k, v in out["phases"].items()}
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
 
 
 @dataclass

@@ -37,7 +37,6 @@ from sglang_pdd.handoff.signals import (
     TakeOverFromLostRelay,
     Tick,
 )
-from sglang_pdd.router.record import Finished
 from sglang_pdd.router.transfers import DROPPED
 from sglang_pdd.router.upstream import UpstreamError, abort, post_json
 from sglang_pdd.router.upstream_queue import END as _END
@@ -181,7 +180,7 @@ class RelayedPipeline:
                 elif isinstance(action, FinishOnRelay):
                     self._finish_on_relay(main_q, prefill1, gate, prefill2, main_rid, room2, events)
                     await self._release_main(main_q, main_rid)
-                    yield Finished(action.finish_reason, self.prompt_tokens, self.record)
+                    yield self._finished(action.finish_reason)
                     return
                 elif isinstance(action, FollowMain):
                     follow = action
@@ -223,6 +222,7 @@ class RelayedPipeline:
         if action.final:
             self.record.handoff_s = self._since()
             self.record.handoff_tokens = len(action.token_ids)
+            self._gap_from = self.record.e2e_s  # the client's last id (None: none yet)
         try:
             await control.handoff(main_rid, action.token_ids, final=action.final)
         except UpstreamError as exc:  # MD's control socket takes nothing: RLD goes on

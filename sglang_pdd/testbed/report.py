@@ -25,9 +25,11 @@ class ContenderSummary:
     ttft_p90: float | None
     ttft_p99: float | None
     itl_p50: float | None
+    itl_p90: float | None
     itl_p99: float | None
     e2e_p50: float | None
     e2e_p90: float | None
+    e2e_p99: float | None
     late_sends: int
     output_tokens: int
     relay_tokens: int | None  # PDD only
@@ -37,6 +39,9 @@ class ContenderSummary:
     main_ready_p50: float | None = None  # PDD only: arrival to MD's KV in place (s)
     main_ready_p90: float | None = None
     handoff_stall_p50: float | None = None  # PDD only: RLD's last token to MD's first (s)
+    handoff_gap_p99: float | None = None  # PDD only: client gaps at final handoffs (s)
+    relay_ids_dropped: int | None = None  # PDD only: RLD ids held back and never sent
+    phases: dict | None = None  # PDD only: pipeline -> mean seconds per phase of E2E
 
     @property
     def relay_share(self) -> float | None:
@@ -63,15 +68,41 @@ def summarize(name: str, results: list[RequestResult], wan_bytes: int | None = N
         name=name, requests=len(results), errors=len(results) - len(ok),
         ttft_p50=pct([r.ttft_s for r in ok], 50), ttft_p90=pct([r.ttft_s for r in ok], 90),
         ttft_p99=pct([r.ttft_s for r in ok], 99),
-        itl_p50=pct(gaps, 50), itl_p99=pct(gaps, 99),
+        itl_p50=pct(gaps, 50), itl_p90=pct(gaps, 90), itl_p99=pct(gaps, 99),
         e2e_p50=pct([r.e2e_s for r in ok], 50), e2e_p90=pct([r.e2e_s for r in ok], 90),
+        e2e_p99=pct([r.e2e_s for r in ok], 99),
         late_sends=sum(1 for r in results if r.late_s > 0.05),
         output_tokens=sum(len(r.output_ids) for r in ok), relay_tokens=relay,
         wan_bytes=wan_bytes, duplicate_transfers=duplicate_transfers, pipelines=pipelines,
         main_ready_p50=pct([rec.get("main_ready_s") for rec in records], 50),
         main_ready_p90=pct([rec.get("main_ready_s") for rec in records], 90),
         handoff_stall_p50=pct([rec.get("handoff_stall_s") for rec in records], 50),
+        handoff_gap_p99=pct([g for rec in records for g in rec.get("handoff_gaps_s", [])], 99),
+        relay_ids_dropped=sum(rec.get("relay_ids_dropped", 0) for rec in records)
+        if records else None,
+        phases=mean_phases(records) if records else None,
     )  # fmt: skip
+
+
+def mean_phases(records: list[dict]) -> dict[str, dict[str, float]]:
+    """Per pipeline: the mean of each phase of E2E (``PddRecord.phases``) and the request
+    count, so that a reader sees where each pipeline's answer time goes."""
+    out: dict[str, dict[str, float]] = {}
+    counts: dict[str, int] = {}
+    for rec in records:
+        phases = rec.get("phases") or {}
+        if not phases:
+            continue
+        row = out.setdefault(rec["pipeline"], {})
+        counts[rec["pipeline"]] = counts.get(rec["pipeline"], 0) + 1
+        for name, value in phases.items():
+            row[name] = row.get(name, 0.0) + value
+    for pipeline, row in out.items():
+        n = counts[pipeline]
+        for name in row:
+            row[name] /= n
+        row["requests"] = n
+    return out
 
 
 def identical_outputs(results: list[RequestResult], reference: list[RequestResult]) -> tuple:
@@ -89,16 +120,17 @@ def _f(v, scale=1.0, digits=2) -> str:
 def table(summaries: list[ContenderSummary], baseline: str | None = None) -> str:
     """A fixed-width table of the summaries, with TTFT ratios against ``baseline``."""
     base = next((s for s in summaries if s.name == baseline), None)
-    head = (f"{'contender':<22} {'n':>4} {'err':>3} {'TTFT p50':>8} {'p90':>6} {'p99':>6} "
-            f"{'ITL p50':>7} {'p99':>6} {'E2E p50':>7} {'p90':>6} {'RLD%':>5} {'WAN MB':>7} "
-            f"{'dup':>3} {'late':>4}")  # fmt: skip
+    head = (f"{'contender':<16} {'n':>4} {'err':>3} {'TTFT p50':>8} {'p90':>5} {'p99':>5} "
+            f"{'ITL p50':>7} {'p90':>6} {'p99':>6} {'E2E p50':>7} {'p90':>5} {'p99':>5} "
+            f"{'RLD%':>5} {'WAN MB':>6} {'dup':>3} {'late':>4}")  # fmt: skip
     lines = [head, "-" * len(head)]
     for s in summaries:
         lines.append(
-            f"{s.name:<22} {s.requests:>4} {s.errors:>3} {_f(s.ttft_p50):>8} {_f(s.ttft_p90):>6} "
-            f"{_f(s.ttft_p99):>6} {_f(s.itl_p50, 1000, 0):>5}ms {_f(s.itl_p99, 1000, 0):>4}ms "
-            f"{_f(s.e2e_p50):>7} {_f(s.e2e_p90):>6} {_f(s.relay_share, 100, 1):>5} "
-            f"{_f(s.wan_bytes and s.wan_bytes / 1e6):>7} "
+            f"{s.name:<16} {s.requests:>4} {s.errors:>3} {_f(s.ttft_p50):>8} {_f(s.ttft_p90):>5} "
+            f"{_f(s.ttft_p99):>5} {_f(s.itl_p50, 1000, 0):>5}ms {_f(s.itl_p90, 1000, 0):>4}ms "
+            f"{_f(s.itl_p99, 1000, 0):>4}ms {_f(s.e2e_p50):>7} {_f(s.e2e_p90):>5} "
+            f"{_f(s.e2e_p99):>5} {_f(s.relay_share, 100, 1):>5} "
+            f"{_f(s.wan_bytes and s.wan_bytes / 1e6):>6} "
             f"{'-' if s.duplicate_transfers is None else s.duplicate_transfers:>3} "
             f"{s.late_sends:>4}"
         )  # fmt: skip
@@ -106,16 +138,61 @@ def table(summaries: list[ContenderSummary], baseline: str | None = None) -> str
         if s.pipelines:
             lines.append(f"{s.name}: pipelines {s.pipelines}; MD ready p50 {_f(s.main_ready_p50)}s "
                          f"p90 {_f(s.main_ready_p90)}s; handoff stall p50 "
-                         f"{_f(s.handoff_stall_p50, 1000, 0)}ms")  # fmt: skip
+                         f"{_f(s.handoff_stall_p50, 1000, 0)}ms; handoff gap p99 "
+                         f"{_f(s.handoff_gap_p99, 1000, 0)}ms; RLD ids dropped "
+                         f"{s.relay_ids_dropped}")  # fmt: skip
+        for pipeline, row in (s.phases or {}).items():
+            parts = ", ".join(f"{k} {v:.2f}s" for k, v in row.items() if k != "requests")
+            lines.append(f"  {s.name} {pipeline} ({row['requests']} requests), mean: {parts}")
     if base is not None:
         lines.append("")
         for s in summaries:
             if s is base or s.ttft_p90 is None or not base.ttft_p90:
                 continue
-            lines.append(f"{s.name} / {base.name}: TTFT p50 {_ratio(s.ttft_p50, base.ttft_p50)}, "
-                         f"p90 {_ratio(s.ttft_p90, base.ttft_p90)}, "
-                         f"p99 {_ratio(s.ttft_p99, base.ttft_p99)}")  # fmt: skip
+            lines.append(f"{s.name} / {base.name}: " + ratios(s, base))
     return "\n".join(lines)
+
+
+def ratios(s: ContenderSummary, base: ContenderSummary) -> str:
+    """TTFT, ITL and E2E P50/P90/P99 of ``s`` over ``base``'s."""
+    parts = []
+    for metric in ("ttft", "itl", "e2e"):
+        values = [_ratio(getattr(s, f"{metric}_p{q}"), getattr(base, f"{metric}_p{q}"))
+                  for q in (50, 90, 99)]  # fmt: skip
+        parts.append(f"{metric.upper()} p50/p90/p99 {' '.join(values)}")
+    return "; ".join(parts)
+
+
+def phase_plot(phases: dict[str, dict[str, float]], baselines: dict[str, float], path: str,
+               title: str) -> None:  # fmt: skip
+    """Write a PNG: per PDD pipeline, a stacked bar of its mean E2E by phase, beside each
+    baseline's mean E2E (e.g. cross-DC PD's), so that PDD's extra time is visible."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    order = ("to_first_token", "relay", "handoff_gap", "main")
+    labels = [f"PDD {p} ({row['requests']:.0f})" for p, row in phases.items()]
+    labels += [f"{name} (mean E2E)" for name in baselines]
+    fig, ax = plt.subplots(figsize=(8, 0.6 * len(labels) + 1.8))
+    for i, row in enumerate(phases.values()):
+        left = 0.0
+        for j, name in enumerate(order):
+            width = row.get(name, 0.0)
+            ax.barh(i, width, left=left, color=f"C{j}", label=name if i == 0 else None)
+            left += width
+    for k, value in enumerate(baselines.values()):
+        ax.barh(len(phases) + k, value, color="grey")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds (mean over requests)")
+    ax.set_title(title)
+    ax.legend(loc="lower right")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _ratio(a, b) -> str:

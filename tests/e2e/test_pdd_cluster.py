@@ -44,6 +44,23 @@ def _held_body(prompt: str, max_new_tokens: int) -> dict:
     return body
 
 
+def _assert_accounted(record: dict, client_e2e_s: float) -> None:
+    """The record's phases add up to its E2E, none is negative, and E2E (measured at the
+    router) is no longer than what the client measured around it."""
+    phases = record["phases"]
+    assert phases and all(v >= 0 for v in phases.values()), record
+    assert sum(phases.values()) == pytest.approx(record["e2e_s"], abs=1e-3), record
+    assert 0 < record["e2e_s"] <= client_e2e_s, (record, client_e2e_s)
+    assert record["prefill_s"] is not None and record["prefill_s"] <= record["e2e_s"], record
+    if record["finished_on"] == "main" and record["relay_tokens"]:
+        assert set(phases) == {"to_first_token", "relay", "handoff_gap", "main"}, record
+        # One final handoff, one client-visible gap at it; held ids are never sent.
+        assert len(record["handoff_gaps_s"]) == 1 + record["handoff_deferrals"], record
+        assert record["relay_ids_dropped"] >= 0, record
+    elif record["finished_on"] == "relay":
+        assert set(phases) == {"to_first_token", "relay"}, record
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
 def test_one_shot_matches_colocated(pdd_cluster, colocated, stream):
     """20 prompts through the default router, wherever their handoffs fall on this machine."""
@@ -54,6 +71,7 @@ def test_one_shot_matches_colocated(pdd_cluster, colocated, stream):
         assert got.output_ids == expected.output_ids
         record = got.body["meta_info"]["pdd"]
         assert record["pipeline"] == "P-RLD-MD"
+        _assert_accounted(record, got.latency_s)
         assert record["relay_tokens"] + record["main_tokens"] == len(expected.output_ids)
         assert got.body["meta_info"]["completion_tokens"] == len(expected.output_ids)
         if record["finished_on"] == "main":
@@ -88,6 +106,7 @@ def test_one_shot_at_chosen_points_matches_colocated(held_router, held_links, pd
         assert (record["finished_on"], record["handoff_mode"]) == ("main", "one-shot"), record
         assert record["handoff_tokens"] == record["relay_tokens"] >= at, record
         assert record["main_tokens"] == 200 - record["handoff_tokens"], record
+        _assert_accounted(record, got.latency_s)
         points.append(record["handoff_tokens"])
         at = record["handoff_tokens"] + 16
     assert len(set(points)) == 3, points
@@ -98,6 +117,7 @@ def test_one_shot_at_chosen_points_matches_colocated(held_router, held_links, pd
     record = got.body["meta_info"]["pdd"]
     assert (record["finished_on"], record["relay_tokens"], record["main_tokens"]) == (
         "relay", 24, 0), record  # fmt: skip
+    _assert_accounted(record, got.latency_s)
     wait_router_settled(held_router.url)
     _assert_nothing_held(pdd_cluster)
 
@@ -141,6 +161,8 @@ def test_p_md_pipeline_matches_colocated(main_only_router, colocated):
         assert got.output_ids == expected.output_ids
         record = got.body["meta_info"]["pdd"]
         assert record["pipeline"] == "P-MD" and record["relay_tokens"] == 0
+        _assert_accounted(record, got.latency_s)
+        assert set(record["phases"]) == {"to_first_token", "main"}, record
 
 
 def test_second_turn_moves_only_the_delta_over_the_wan(pdd_cluster, held_router, held_links,

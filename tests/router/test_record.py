@@ -1,8 +1,11 @@
-"""``token_logprobs``: the entries of the newest tokens, from an instance's cumulative lists."""
+"""``PddRecord``: ``token_logprobs`` (the entries of the newest tokens, from an instance's
+cumulative lists) and ``phases`` (a request's E2E split into phases that add up to it)."""
 
 from __future__ import annotations
 
-from sglang_pdd.router.record import token_logprobs
+import pytest
+
+from sglang_pdd.router.record import PddRecord, token_logprobs
 
 
 def test_the_tail_belongs_to_the_newest_tokens():
@@ -19,3 +22,31 @@ def test_missing_entries_are_padded_not_shifted():
     tokens, tops = token_logprobs({"output_token_logprobs": [[-1.0, 5, None]]}, 2)
     assert tokens == [None, [-1.0, 5, None]] and tops == [None, None]
     assert token_logprobs({}, 0) == ([], [])
+
+
+
+
+@pytest.mark.parametrize(
+    ("fields", "phases"),
+    [
+        (  # handed off: first token, RLD, the gap, MD
+            dict(first_token_s=0.3, relay_last_s=1.0, main_first_s=1.25, e2e_s=4.0),
+            {"to_first_token": 0.3, "relay": 0.7, "handoff_gap": 0.25, "main": 2.75},
+        ),
+        (  # finished on RLD
+            dict(first_token_s=0.3, relay_last_s=2.0, e2e_s=2.0),
+            {"to_first_token": 0.3, "relay": 1.7},
+        ),
+        (  # P-MD
+            dict(first_token_s=0.9, main_first_s=0.9, e2e_s=3.0),
+            {"to_first_token": 0.9, "main": 2.1},
+        ),
+        (dict(first_token_s=0.9), {}),  # not finished: nothing to split
+    ],
+)
+def test_phases_add_up_to_e2e(fields, phases):
+    record = PddRecord(pipeline="P-RLD-MD", **fields)
+    assert record.phases() == pytest.approx(phases)
+    if phases:
+        assert sum(record.phases().values()) == pytest.approx(record.e2e_s)
+    assert record.as_dict()["phases"] == pytest.approx(phases, abs=1e-4)
