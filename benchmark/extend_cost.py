@@ -49,8 +49,9 @@ def _layer(shape: ModelShape, device: str, dtype):
 
     def forward(x, k_cache, v_cache):
         n, hd = x.shape[0], shape.head_dim
-        q, k, v = (x @ qkv).split([shape.heads * hd, shape.kv_heads * hd,
-                                   shape.kv_heads * hd], dim=-1)  # fmt: skip
+        q, k, v = (x @ qkv).split(
+            [shape.heads * hd, shape.kv_heads * hd, shape.kv_heads * hd], dim=-1
+        )
         q = q.view(n, shape.heads, hd).transpose(0, 1)
         k = torch.cat([k_cache, k.view(n, shape.kv_heads, hd).transpose(0, 1)], dim=1)
         v = torch.cat([v_cache, v.view(n, shape.kv_heads, hd).transpose(0, 1)], dim=1)
@@ -67,8 +68,9 @@ def _layer(shape: ModelShape, device: str, dtype):
     return forward
 
 
-def extend_seconds(shape: ModelShape, device: str, new: int, context: int,
-                   repeats: int = 3) -> float:  # fmt: skip
+def extend_seconds(
+    shape: ModelShape, device: str, new: int, context: int, repeats: int = 3
+) -> float:
     """Median seconds of the extend forward over ``new`` ids on ``context`` cached ones."""
     import torch
 
@@ -91,16 +93,19 @@ def extend_seconds(shape: ModelShape, device: str, new: int, context: int,
     return statistics.median(times) * shape.layers
 
 
-def extend_table(model: str, device: str, handed: list[int], contexts: list[int],
-                 link_gbps: list[float]) -> str:  # fmt: skip
+def extend_table(
+    model: str, device: str, handed: list[int], contexts: list[int], link_gbps: list[float]
+) -> str:
     """The printed comparison: extend time against copying the KV, per (context, N)."""
     if model not in SHAPES:
         raise SystemExit(f"--model {model!r}: known shapes are {', '.join(SHAPES)}")
     shape = SHAPES[model]
     dtype_bytes = 2 if device.startswith("cuda") else 4
     links = "".join(f" {f'copy@{g:g}G ms':>13}" for g in link_gbps)
-    lines = [f"extend forward of {model} ({shape.layers} layers) on {device}",
-             f"{'context':>7} {'N':>6} {'extend ms':>10} {'KV MB':>9}{links}"]  # fmt: skip
+    lines = [
+        f"extend forward of {model} ({shape.layers} layers) on {device}",
+        f"{'context':>7} {'N':>6} {'extend ms':>10} {'KV MB':>9}{links}",
+    ]
     for context in contexts:
         for n in handed:
             kv = shape.kv_bytes(n, dtype_bytes)

@@ -118,8 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.extend_only:
         print(extend_table(args.model, args.device, args.handed, args.contexts, args.link_gbps))
         return 0
-    for flag, values, allowed in (("--modes", args.modes, ("one-shot", "catch-up")),
-                                  ("--loads", args.loads, ("idle", "busy"))):  # fmt: skip
+    for flag, values, allowed in (
+        ("--modes", args.modes, ("one-shot", "catch-up")),
+        ("--loads", args.loads, ("idle", "busy")),
+    ):
         bad = [v for v in values.split(",") if v not in allowed]
         if bad:
             parser.error(f"{flag}: {bad} not in {list(allowed)}")
@@ -160,19 +162,35 @@ def run_cluster(args) -> list[Case]:
     kv_per_token = model_cfg.kv_bytes_per_token(dtype_bytes=4)  # the cluster runs float32
     with ServerGroup(log_dir=tmp / "logs") as group:
         print(f"starting the cluster (logs: {tmp / 'logs'}) ...", flush=True)
-        cluster = start_cluster(group, PddClusterConfig(
-            model_path=str(model), dtype="float32", wan=link, ttft_slo_s=0.0,
-            max_total_tokens=65536,
-            # Only new ids per chunk: SGLang's cumulative streams grow quadratically and, on
-            # an 8 Mbit/s link, MD's answers queued behind each other (seconds of "stall").
-            incremental_streams=True))  # fmt: skip
+        cluster = start_cluster(
+            group,
+            PddClusterConfig(
+                model_path=str(model),
+                dtype="float32",
+                wan=link,
+                ttft_slo_s=0.0,
+                max_total_tokens=65536,
+                # Only new ids per chunk: SGLang's cumulative streams grow quadratically and, on
+                # an 8 Mbit/s link, MD's answers queued behind each other (seconds of "stall").
+                incremental_streams=True,
+            ),
+        )
         control = start_link_proxy(group, "held-control", cluster.mains[0].control_port, link)
         gate = RelayGate(cluster.relay.url, incremental=True)
         site = replace(cluster.mains[0], control_via_wan=control.url.replace("http", "tcp"))
-        routers = {mode: start_router(group, cluster, name=f"router-{mode}", mains=[site],
-                                      relay_url=gate.url, handoff_mode=mode,
-                                      catchup_threshold=4, catchup_chunk=64).url
-                   for mode in args.modes.split(",")}  # fmt: skip
+        routers = {
+            mode: start_router(
+                group,
+                cluster,
+                name=f"router-{mode}",
+                mains=[site],
+                relay_url=gate.url,
+                handoff_mode=mode,
+                catchup_threshold=4,
+                catchup_chunk=64,
+            ).url
+            for mode in args.modes.split(",")
+        }
         busy_router = start_router(group, cluster, name="router-busy", ttft_slo_s=1e9).url
         kv_send = KvSender(group, link)
         cases = []
@@ -181,8 +199,18 @@ def run_cluster(args) -> list[Case]:
                 for context in args.contexts:
                     for handed in args.handed:
                         for mode, router in routers.items():
-                            case = measure(router, gate, control, mode, load, context, handed,
-                                           args.repeats, kv_per_token, kv_send)  # fmt: skip
+                            case = measure(
+                                router,
+                                gate,
+                                control,
+                                mode,
+                                load,
+                                context,
+                                handed,
+                                args.repeats,
+                                kv_per_token,
+                                kv_send,
+                            )
                             print(case.row(), flush=True)
                             cases.append(case)
         print("\n" + HEADER + "\n" + "-" * len(HEADER))
@@ -191,8 +219,9 @@ def run_cluster(args) -> list[Case]:
         return cases
 
 
-def measure(router, gate, control, mode, load, context, handed, repeats, kv_per_token,
-            kv_send) -> Case:  # fmt: skip
+def measure(
+    router, gate, control, mode, load, context, handed, repeats, kv_per_token, kv_send
+) -> Case:
     from sglang_pdd.main_decode import protocol
     from sglang_pdd.testbed.client import generate
     from sglang_pdd.testbed.held_links import EndedEarly, wait_for_record
@@ -202,11 +231,16 @@ def measure(router, gate, control, mode, load, context, handed, repeats, kv_per_
     stalls, actual = [], []
     for _ in range(repeats):
         rid = f"handoff-{rng.getrandbits(48):x}"
-        body = {"rid": rid, "input_ids": [rng.randrange(10, 250) for _ in range(context)],
-                # Catch-Up needs RLD streaming on while MD catches up: a longer tail.
-                "sampling_params": {"temperature": 0.0, "ignore_eos": True,
-                                    "max_new_tokens": handed + (64 if mode == "one-shot"
-                                                                else 1000)}}  # fmt: skip
+        body = {
+            "rid": rid,
+            "input_ids": [rng.randrange(10, 250) for _ in range(context)],
+            # Catch-Up needs RLD streaming on while MD catches up: a longer tail.
+            "sampling_params": {
+                "temperature": 0.0,
+                "ignore_eos": True,
+                "max_new_tokens": handed + (64 if mode == "one-shot" else 1000),
+            },
+        }
         control.pause()
         gate.arm(handed)
         try:
@@ -219,15 +253,23 @@ def measure(router, gate, control, mode, load, context, handed, repeats, kv_per_
                 if not _main_ready_within(router, rid, future, MAIN_READY_S):
                     # MD's KV never landed (a Mooncake TCP send to MD failed under load:
                     # "queue-full rejection"): RLD, let go, finishes the request.
-                    print(f"  ({mode}, N={handed}: Main-Decode's KV not ready within "
-                          f"{MAIN_READY_S} s)", flush=True)  # fmt: skip
+                    print(
+                        f"  ({mode}, N={handed}: Main-Decode's KV not ready within "
+                        f"{MAIN_READY_S} s)",
+                        flush=True,
+                    )
                     gate.release()
                 elif mode == "catch-up":
                     # RLD streams on while MD catches up, as in service, up to a new hold:
                     # on this CPU the tiny model decodes faster than 64-id chunks cross a
                     # 200 ms RTT, so an unheld RLD would finish before MD ever caught up.
-                    wait_for_record(router, rid, future, lambda r: r["handoff_chunks"] >= 1
-                                    or r["main_tokens"] > 0, "the first handoff step")  # fmt: skip
+                    wait_for_record(
+                        router,
+                        rid,
+                        future,
+                        lambda r: r["handoff_chunks"] >= 1 or r["main_tokens"] > 0,
+                        "the first handoff step",
+                    )
                     gate.advance(gate.held_ids + CATCH_UP_MORE)
                 record = future.result(timeout=600).body["meta_info"]["pdd"]
         finally:
@@ -242,9 +284,17 @@ def measure(router, gate, control, mode, load, context, handed, repeats, kv_per_
             print(f"  ({mode}, N={handed}: finished on {record['finished_on']}, no handoff)")
     ids = list(range(handed))
     kv_bytes = handed * kv_per_token
-    return Case(mode, load, context, handed, stalls, actual,
-                len(protocol.handoff("r" * 40, ids, True)), kv_bytes,
-                kv_send.seconds(kv_bytes))  # fmt: skip
+    return Case(
+        mode,
+        load,
+        context,
+        handed,
+        stalls,
+        actual,
+        len(protocol.handoff("r" * 40, ids, True)),
+        kv_bytes,
+        kv_send.seconds(kv_bytes),
+    )
 
 
 CATCH_UP_MORE = 128  # ids RLD streams during Catch-Up before it is held again
@@ -280,9 +330,11 @@ class MainDecodeLoad:
         n = 0
         while not self._stop.is_set():
             rid = self._first_rids[i] if n == 0 else f"busy-{i}-{n}-{time.monotonic_ns()}"
-            body = {"rid": rid, "input_ids": [10 + (i + j + n) % 200 for j in range(300)],
-                    "sampling_params": {"temperature": 0.0, "ignore_eos": True,
-                                        "max_new_tokens": 2000}}  # fmt: skip
+            body = {
+                "rid": rid,
+                "input_ids": [10 + (i + j + n) % 200 for j in range(300)],
+                "sampling_params": {"temperature": 0.0, "ignore_eos": True, "max_new_tokens": 2000},
+            }
             resp = requests.post(f"{self.router}/generate", json=body, timeout=3600)
             n += 1
             if resp.status_code != 200:  # MD unreachable: do not flood the cluster with retries
@@ -365,12 +417,17 @@ def plot(cases: list[Case], path: Path) -> None:
             if (c.mode, c.load, c.context) == (mode, load, context) and c.stalls_s
         )
         if points:
-            ax.plot(*zip(*points, strict=True), marker="o",
-                    label=f"{mode}, MD {load}, ctx {context}")  # fmt: skip
+            ax.plot(
+                *zip(*points, strict=True), marker="o", label=f"{mode}, MD {load}, ctx {context}"
+            )
     kv = sorted({(c.handed, c.kv_send_s * 1e3) for c in cases})
     ax.plot(*zip(*kv, strict=True), "k--", label="send the KV instead")
-    ax.set(xscale="log", xlabel="handed-off ids", ylabel="stall at the router (ms)",
-           title="Handoff stall vs handed-off length")  # fmt: skip
+    ax.set(
+        xscale="log",
+        xlabel="handed-off ids",
+        ylabel="stall at the router (ms)",
+        title="Handoff stall vs handed-off length",
+    )
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

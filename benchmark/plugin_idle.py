@@ -56,22 +56,30 @@ async def _one(session, url: str, body: dict, start_at: float) -> tuple[float, f
 
 async def _round(url: str, bodies: list[dict], arrivals: list[float]) -> dict:
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                     timeout=timeout) as session:  # fmt: skip
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), timeout=timeout
+    ) as session:
         t0 = time.perf_counter() + 0.2
         began = time.perf_counter()
         sends = [_one(session, url, b, t0 + a) for b, a in zip(bodies, arrivals, strict=True)]
         results = await asyncio.gather(*sends)
         wall = time.perf_counter() - began
-    return {"ttft": [r[0] for r in results], "e2e": [r[1] for r in results],
-            "tokens": sum(r[2] for r in results), "wall_s": wall}  # fmt: skip
+    return {
+        "ttft": [r[0] for r in results],
+        "e2e": [r[1] for r in results],
+        "tokens": sum(r[2] for r in results),
+        "wall_s": wall,
+    }
 
 
 def _summary(rounds: list[dict]) -> dict:
     ttft = [t for r in rounds for t in r["ttft"]]
-    return {"tokens_per_s": sum(r["tokens"] for r in rounds) / sum(r["wall_s"] for r in rounds),
-            "ttft_p50_s": _pct(ttft, 0.5), "ttft_p90_s": _pct(ttft, 0.9),
-            "e2e_p50_s": statistics.median(e for r in rounds for e in r["e2e"])}  # fmt: skip
+    return {
+        "tokens_per_s": sum(r["tokens"] for r in rounds) / sum(r["wall_s"] for r in rounds),
+        "ttft_p50_s": _pct(ttft, 0.5),
+        "ttft_p90_s": _pct(ttft, 0.9),
+        "e2e_p50_s": statistics.median(e for r in rounds for e in r["e2e"]),
+    }
 
 
 def _paired_ratios(with_rounds: list[dict], without_rounds: list[dict]) -> dict:
@@ -79,8 +87,10 @@ def _paired_ratios(with_rounds: list[dict], without_rounds: list[dict]) -> dict:
     the other): their median, and their range (the machine's noise shows there)."""
     out = {}
     for key in ("tokens_per_s", "ttft_p50_s", "e2e_p50_s"):
-        ratios = sorted(_summary([w])[key] / _summary([wo])[key]
-                        for w, wo in zip(with_rounds, without_rounds, strict=True))  # fmt: skip
+        ratios = sorted(
+            _summary([w])[key] / _summary([wo])[key]
+            for w, wo in zip(with_rounds, without_rounds, strict=True)
+        )
         out[key] = {"median": statistics.median(ratios), "min": ratios[0], "max": ratios[-1]}
     return out
 
@@ -113,38 +123,49 @@ def hook_costs_us(calls: int = 20000) -> dict[str, float]:
     batch = SimpleNamespace(reqs=[], device="cpu")
     cases = {
         "prefill_twin_hold (each iteration)": lambda: prefill_twin_hold.hook(noop, scheduler),
-        "main_control_ingest (each iteration)": lambda: main_control_ingest.hook(noop,
-                                                                                 scheduler),
+        "main_control_ingest (each iteration)": lambda: main_control_ingest.hook(noop, scheduler),
         "seeded_sampling (each new batch)": lambda: seeded_sampling.hook(info, None, batch),
         "penalizer_order (each new batch)": lambda: penalizer_order.hook(None, orchestrator),
-    }  # fmt: skip
+    }
     base = min(timeit.repeat(lambda: noop(scheduler), number=calls, repeat=5)) / calls
-    return {name: 1e6 * (min(timeit.repeat(fn, number=calls, repeat=5)) / calls - base)
-            for name, fn in cases.items()}  # fmt: skip
+    return {
+        name: 1e6 * (min(timeit.repeat(fn, number=calls, repeat=5)) / calls - base)
+        for name, fn in cases.items()
+    }
 
 
 def _servers(model: str, args) -> list[ServerSpec]:
     from sglang_pdd.cpu.activation import SHIM_DIR, real_sgl_kernel_loads
 
-    common = {"model_path": model, "dtype": "float32", "max_total_tokens": args.max_total_tokens,
-              "cpu": args.device == "cpu"}  # fmt: skip
+    common = {
+        "model_path": model,
+        "dtype": "float32",
+        "max_total_tokens": args.max_total_tokens,
+        "cpu": args.device == "cpu",
+    }
     without = [("SGLANG_PLUGINS", NO_PLUGIN)]
     if args.device == "cpu" and not real_sgl_kernel_loads():
         without.append(("PYTHONPATH", SHIM_DIR))
-    return [ServerSpec("with-plugin", extra_args=("--pdd-role", "none"), **common),
-            ServerSpec("without-plugin", env=tuple(without), **common)]  # fmt: skip
+    return [
+        ServerSpec("with-plugin", extra_args=("--pdd-role", "none"), **common),
+        ServerSpec("without-plugin", env=tuple(without), **common),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--model-path", default=None, help="default: a generated 2-layer model")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--rounds", type=int, default=4, help="alternating rounds per server")
     ap.add_argument("--requests", type=int, default=32, help="requests per round")
-    ap.add_argument("--rates", default="8,0",
-                    help="comma-separated arrival rates per second (Poisson); 0: all at once, "
-                         "which measures throughput at saturation")  # fmt: skip
+    ap.add_argument(
+        "--rates",
+        default="8,0",
+        help="comma-separated arrival rates per second (Poisson); 0: all at once, "
+        "which measures throughput at saturation",
+    )
     ap.add_argument("--prompt-tokens", type=int, default=256)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--max-total-tokens", type=int, default=65536)
@@ -174,40 +195,55 @@ def main(argv: list[str] | None = None) -> int:
             for r in range(args.rounds):
                 # The same prompts and arrival times for both servers in a round; fresh
                 # prompts each round, so neither meets radix cache hits.
-                bodies = [{"input_ids": [rng.randrange(10, 250)
-                                         for _ in range(args.prompt_tokens)],
-                           "sampling_params": {"temperature": 0.0, "ignore_eos": True,
-                                               "max_new_tokens": args.max_new_tokens}}
-                          for _ in range(args.requests)]  # fmt: skip
+                bodies = [
+                    {
+                        "input_ids": [rng.randrange(10, 250) for _ in range(args.prompt_tokens)],
+                        "sampling_params": {
+                            "temperature": 0.0,
+                            "ignore_eos": True,
+                            "max_new_tokens": args.max_new_tokens,
+                        },
+                    }
+                    for _ in range(args.requests)
+                ]
                 gaps = [rng.expovariate(rate) if rate else 0.0 for _ in bodies]
                 arrivals = [sum(gaps[: i + 1]) for i in range(len(gaps))]
                 for name in names if r % 2 == 0 else reversed(names):
                     print(f"rate {rate:g}/s, round {r + 1}/{args.rounds}: {name} ...", flush=True)
                     url = servers[name].url
                     per_server[name].append(asyncio.run(_round(url, bodies, arrivals)))
-            results.append({"rate": rate,
-                            "rows": {name: _summary(rs) for name, rs in per_server.items()},
-                            "ratios": _paired_ratios(*per_server.values())})  # fmt: skip
-    print(f"{'rate/s':>6} {'server':<15} {'tok/s':>8} {'TTFT p50':>9} {'TTFT p90':>9} "
-          f"{'E2E p50':>8}")  # fmt: skip
+            results.append(
+                {
+                    "rate": rate,
+                    "rows": {name: _summary(rs) for name, rs in per_server.items()},
+                    "ratios": _paired_ratios(*per_server.values()),
+                }
+            )
+    print(
+        f"{'rate/s':>6} {'server':<15} {'tok/s':>8} {'TTFT p50':>9} {'TTFT p90':>9} {'E2E p50':>8}"
+    )
     for result in results:
         for name, row in result["rows"].items():
-            print(f"{result['rate']:>6g} {name:<15} {row['tokens_per_s']:>8.1f} "
-                  f"{row['ttft_p50_s'] * 1e3:>7.1f}ms {row['ttft_p90_s'] * 1e3:>7.1f}ms "
-                  f"{row['e2e_p50_s']:>7.3f}s")  # fmt: skip
+            print(
+                f"{result['rate']:>6g} {name:<15} {row['tokens_per_s']:>8.1f} "
+                f"{row['ttft_p50_s'] * 1e3:>7.1f}ms {row['ttft_p90_s'] * 1e3:>7.1f}ms "
+                f"{row['e2e_p50_s']:>7.3f}s"
+            )
     print("with/without, per round (median [min, max]):")
     met = True
     for result in results:
         parts = []
-        for key, label in (("tokens_per_s", "throughput"), ("ttft_p50_s", "TTFT p50"),
-                           ("e2e_p50_s", "E2E p50")):  # fmt: skip
+        for key, label in (
+            ("tokens_per_s", "throughput"),
+            ("ttft_p50_s", "TTFT p50"),
+            ("e2e_p50_s", "E2E p50"),
+        ):
             q = result["ratios"][key]
             parts.append(f"{label} {q['median']:.3f}x [{q['min']:.3f}, {q['max']:.3f}]")
             if key != "e2e_p50_s":
                 met = met and abs(q["median"] - 1) <= 0.01
         print(f"  rate {result['rate']:g}/s: " + ", ".join(parts))
-    print(f"goal (median throughput and TTFT P50 ratios within 1%): "
-          f"{'met' if met else 'MISSED'}")  # fmt: skip
+    print(f"goal (median throughput and TTFT P50 ratios within 1%): {'met' if met else 'MISSED'}")
     costs = hook_costs_us()
     per_iteration = sum(v for k, v in costs.items() if "iteration" in k)
     # A decode step of the measured light load, from its median E2E over the tokens made.
@@ -216,12 +252,15 @@ def main(argv: list[str] | None = None) -> int:
         "hooks on a co-located server's hot path, per call (role none): "
         + ", ".join(f"{k} {v:.2f} us" for k, v in costs.items())
     )
-    print(f"per scheduler iteration: {per_iteration:.2f} us = {100 * per_iteration / step_us:.3f}%"
-          f" of this server's {step_us / 1e3:.2f} ms per token at {rates[0]:g}/s")  # fmt: skip
+    print(
+        f"per scheduler iteration: {per_iteration:.2f} us = {100 * per_iteration / step_us:.3f}%"
+        f" of this server's {step_us / 1e3:.2f} ms per token at {rates[0]:g}/s"
+    )
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"args": vars(args), "results": results, "hook_costs_us": costs},
-                              indent=1))  # fmt: skip
+    out.write_text(
+        json.dumps({"args": vars(args), "results": results, "hook_costs_us": costs}, indent=1)
+    )
     print(f"wrote {out}")
     return 0
 

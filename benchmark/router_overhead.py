@@ -68,8 +68,12 @@ async def _stream(session, url: str, body: dict, gaps: list[float]) -> tuple[int
 async def _direct(session, cluster, body: dict, gaps: list[float]) -> tuple[int, float]:
     """One request straight to P and MD, as SGLang's own PD client sends it."""
     room = random.getrandbits(63)
-    sub = {**body, "bootstrap_host": "127.0.0.1", "bootstrap_port": cluster.prefill.bootstrap_port,
-           "bootstrap_room": room}  # fmt: skip
+    sub = {
+        **body,
+        "bootstrap_host": "127.0.0.1",
+        "bootstrap_port": cluster.prefill.bootstrap_port,
+        "bootstrap_room": room,
+    }
     prefill = asyncio.ensure_future(session.post(cluster.prefill.url + "/generate", json=sub))
     try:
         return await _stream(session, cluster.mains[0].http_via_wan, sub, gaps)
@@ -100,15 +104,22 @@ async def _batch(mode: str, cluster, streams: int, args, rng: random.Random) -> 
 
         results = await asyncio.gather(*(one() for _ in range(streams)), return_exceptions=True)
     ok = [r for r in results if not isinstance(r, BaseException)]
-    return {"gaps": gaps, "e2e": [e for _, e in ok], "tokens": sum(t for t, _ in ok),
-            "errors": len(results) - len(ok),
-            "error_sample": next((repr(r)[:160] for r in results
-                                  if isinstance(r, BaseException)), None)}  # fmt: skip
+    return {
+        "gaps": gaps,
+        "e2e": [e for _, e in ok],
+        "tokens": sum(t for t, _ in ok),
+        "errors": len(results) - len(ok),
+        "error_sample": next(
+            (repr(r)[:160] for r in results if isinstance(r, BaseException)), None
+        ),
+    }
 
 
 def _measure(cluster, streams: int, args, rng: random.Random) -> dict:
-    totals = {m: {"gaps": [], "e2e": [], "tokens": 0, "errors": 0, "error_sample": None}
-              for m in ("direct", "router")}  # fmt: skip
+    totals = {
+        m: {"gaps": [], "e2e": [], "tokens": 0, "errors": 0, "error_sample": None}
+        for m in ("direct", "router")
+    }
     cpu = 0.0
     for r in range(args.rounds):
         for mode in ("direct", "router") if r % 2 == 0 else ("router", "direct"):
@@ -139,9 +150,14 @@ def _measure(cluster, streams: int, args, rng: random.Random) -> dict:
 
 
 def _summary(agg: dict) -> dict:
-    return {"tokens": agg["tokens"], "errors": agg["errors"], "error_sample": agg["error_sample"],
-            "gap_ms_p50": 1e3 * _pct(agg["gaps"], 0.5), "gap_ms_p99": 1e3 * _pct(agg["gaps"], 0.99),
-            "e2e_s_p50": statistics.median(agg["e2e"]) if agg["e2e"] else float("nan")}  # fmt: skip
+    return {
+        "tokens": agg["tokens"],
+        "errors": agg["errors"],
+        "error_sample": agg["error_sample"],
+        "gap_ms_p50": 1e3 * _pct(agg["gaps"], 0.5),
+        "gap_ms_p99": 1e3 * _pct(agg["gaps"], 0.99),
+        "e2e_s_p50": statistics.median(agg["e2e"]) if agg["e2e"] else float("nan"),
+    }
 
 
 def _print(rows: list[dict]) -> None:
@@ -157,13 +173,17 @@ def _print(rows: list[dict]) -> None:
             s = row[path]
             extra = ""
             if path == "router":
-                extra = (f" | {row['added_per_token_ms_p50']:>13.2f}ms "
-                         f"{row['added_per_token_ms_p99']:>5.2f}ms "
-                         f"{row['added_e2e_ms_per_token']:>7.2f}ms "
-                         f"{row['router_cpu_ms_per_token']:>14.3f}ms")  # fmt: skip
-            print(f"{row['streams']:>7} {path:<7} {s['tokens']:>7} {s['errors']:>4} "
-                  f"{s['gap_ms_p50']:>6.1f}ms {s['gap_ms_p99']:>6.1f}ms {s['e2e_s_p50']:>7.2f}s"
-                  f"{extra}")  # fmt: skip
+                extra = (
+                    f" | {row['added_per_token_ms_p50']:>13.2f}ms "
+                    f"{row['added_per_token_ms_p99']:>5.2f}ms "
+                    f"{row['added_e2e_ms_per_token']:>7.2f}ms "
+                    f"{row['router_cpu_ms_per_token']:>14.3f}ms"
+                )
+            print(
+                f"{row['streams']:>7} {path:<7} {s['tokens']:>7} {s['errors']:>4} "
+                f"{s['gap_ms_p50']:>6.1f}ms {s['gap_ms_p99']:>6.1f}ms {s['e2e_s_p50']:>7.2f}s"
+                f"{extra}"
+            )
             if s["error_sample"]:
                 print(f"        first error: {s['error_sample']}")
 
@@ -182,9 +202,11 @@ def _goal_verdict(row: dict) -> str:
     diff = row["added_per_token_ms_p99"]
     head = f"goal (<= 0.5 ms P99 added per token at {streams} streams): "
     if floor > 0.5:
-        return (head + f"MISSED: the router's CPU per token ({cpu:.3f} ms) x {streams} streams "
-                f"of a decode step puts the P99 wait at >= {floor:.1f} ms (measured gap "
-                f"difference: {diff:.2f} ms)")  # fmt: skip
+        return (
+            head + f"MISSED: the router's CPU per token ({cpu:.3f} ms) x {streams} streams "
+            f"of a decode step puts the P99 wait at >= {floor:.1f} ms (measured gap "
+            f"difference: {diff:.2f} ms)"
+        )
     if diff < 0:
         return head + f"not resolved (gap difference {diff:.2f} ms, lower bound {floor:.2f} ms)"
     return head + ("met" if diff <= 0.5 else "MISSED") + f" ({diff:.2f} ms)"
@@ -215,11 +237,14 @@ def main(argv: list[str] | None = None) -> int:
         from sglang_pdd.testbed.tiny_model import TinyModelConfig, write_tiny_model
 
         model = str(write_tiny_model(workdir / "tiny-model", TinyModelConfig(seed=args.seed)))
-    cfg = PddClusterConfig(model_path=model, wan=WanLinkConfig(bandwidth_mbps=100_000.0,
-                                                                one_way_delay_ms=0.0),
-                           ttft_slo_s=1e9,  # every request P-MD: no relay, no handoff
-                           max_total_tokens=args.max_total_tokens, kv_events=False,
-                           log_transfers=False)  # fmt: skip
+    cfg = PddClusterConfig(
+        model_path=model,
+        wan=WanLinkConfig(bandwidth_mbps=100_000.0, one_way_delay_ms=0.0),
+        ttft_slo_s=1e9,  # every request P-MD: no relay, no handoff
+        max_total_tokens=args.max_total_tokens,
+        kv_events=False,
+        log_transfers=False,
+    )
     from transformers import AutoTokenizer
 
     args.vocab = len(AutoTokenizer.from_pretrained(model))  # prompts of ids the model knows

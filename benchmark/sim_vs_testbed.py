@@ -48,8 +48,12 @@ def _cluster_default(name: str):
 def tiny_model_weight_bytes(cfg: TinyModelConfig, dtype_bytes: int = DTYPE_BYTES) -> int:
     """Bytes of the generated Llama's weights (untied embeddings, no biases)."""
     kv_dim = cfg.kv_heads * cfg.head_dim
-    per_layer = (2 * cfg.hidden * cfg.hidden + 2 * cfg.hidden * kv_dim
-                 + 3 * cfg.hidden * cfg.intermediate + 2 * cfg.hidden)  # fmt: skip
+    per_layer = (
+        2 * cfg.hidden * cfg.hidden
+        + 2 * cfg.hidden * kv_dim
+        + 3 * cfg.hidden * cfg.intermediate
+        + 2 * cfg.hidden
+    )
     params = 2 * cfg.vocab * cfg.hidden + cfg.layers * per_layer + cfg.hidden
     return params * dtype_bytes
 
@@ -68,28 +72,44 @@ def load_point(path: str, index: int) -> tuple[dict, dict]:
 def testbed_sessions(args: dict, point: dict):
     """The sessions the testbed replayed at this point (its generator, its flags)."""
     if args["workload"] == "trace":
-        return trace_sessions(TraceConfig(args["trace"], args["trace_requests"],
-                                          args["trace_block_tokens"], args["trace_speed"],
-                                          args["max_new_tokens"]))  # fmt: skip
-    return agentic_sessions(AgenticConfig(
-        sessions=point["sessions"], turns=args["turns"], context_tokens=args["context_tokens"],
-        output_tokens=args["max_new_tokens"], turn_interval_s=args["turn_interval_s"],
-        seed=args["seed"]))  # fmt: skip
+        return trace_sessions(
+            TraceConfig(
+                args["trace"],
+                args["trace_requests"],
+                args["trace_block_tokens"],
+                args["trace_speed"],
+                args["max_new_tokens"],
+            )
+        )
+    return agentic_sessions(
+        AgenticConfig(
+            sessions=point["sessions"],
+            turns=args["turns"],
+            context_tokens=args["context_tokens"],
+            output_tokens=args["max_new_tokens"],
+            turn_interval_s=args["turn_interval_s"],
+            seed=args["seed"],
+        )
+    )
 
 
 def rebuild(rows: list[dict], sessions) -> list[tuple[dict, list[int]]]:
     """(row, prompt ids) of each successful request, in send order; checks prompt lengths."""
     prompts = cal.testbed_prompts(sessions, {(r["sid"], r["turn"]): r["output_ids"] for r in rows})
     if missing := sorted({(r["sid"], r["turn"]) for r in rows} - set(prompts)):
-        raise ValueError(f"--testbed-json: (session, turn) {missing[:3]} not in the workload its "
-                         "flags generate now (was it written by another version?)")  # fmt: skip
+        raise ValueError(
+            f"--testbed-json: (session, turn) {missing[:3]} not in the workload its "
+            "flags generate now (was it written by another version?)"
+        )
     out = []
     for r in rows:
         prompt = prompts[(r["sid"], r["turn"])]
         if len(prompt) != r["prompt_tokens"]:
-            raise ValueError(f"session {r['sid']} turn {r['turn']}: rebuilt prompt has "
-                             f"{len(prompt)} tokens, the JSON {r['prompt_tokens']}: not the "
-                             "workload these flags generate")  # fmt: skip
+            raise ValueError(
+                f"session {r['sid']} turn {r['turn']}: rebuilt prompt has "
+                f"{len(prompt)} tokens, the JSON {r['prompt_tokens']}: not the "
+                "workload these flags generate"
+            )
         if r["status"] == 200 and r["ttft_s"] is not None and r["output_ids"]:
             out.append((r, prompt))
     return sorted(out, key=lambda x: x[0]["at_s"] + x[0]["late_s"])
@@ -110,8 +130,13 @@ def calibrate_on(same_dc: list[tuple[dict, list[int]]], hw: cal.KnownHardware) -
     keep = [i for i, g in enumerate(gaps) if math.isfinite(g)]
     decode = cal.fit_decode([gaps[i] for i in keep], [contexts[i] for i in keep])
     hits = cal.prefix_hits([p for _, p in same_dc])
-    prefill = cal.fit_prefill([len(p) - h for (_, p), h in zip(same_dc, hits, strict=True)], hits,
-                              [r["ttft_s"] for r, _ in same_dc], decode, hw)  # fmt: skip
+    prefill = cal.fit_prefill(
+        [len(p) - h for (_, p), h in zip(same_dc, hits, strict=True)],
+        hits,
+        [r["ttft_s"] for r, _ in same_dc],
+        decode,
+        hw,
+    )
     return cal.Calibration(hw, decode, prefill)
 
 
@@ -138,8 +163,9 @@ def pct(values: list[float], q: float) -> float:
 def compare(name: str, rows, config) -> dict:
     """Simulate one contender on its own rebuilt requests; measured vs predicted per request."""
     spec = next(c for c in config.contenders if c.name == name)
-    reqs = cal.testbed_requests([(sent(r), p, len(r["output_ids"])) for r, p in rows],
-                                config.block_tokens)  # fmt: skip
+    reqs = cal.testbed_requests(
+        [(sent(r), p, len(r["output_ids"])) for r, p in rows], config.block_tokens
+    )
     _, records = run_contender(spec, config, reqs)
     # testbed_requests orders by arrival, as rows already are: record i is row i.
     pairs = [(r, rec) for (r, _), rec in zip(rows, records, strict=True)]
@@ -154,11 +180,19 @@ def compare(name: str, rows, config) -> dict:
     res["pipelines_predicted"] = _count(rec.pipeline for _, rec in pairs)
     decoding = [(sent(r) + r["ttft_s"], sent(r) + r["e2e_s"]) for r, _ in pairs]
     res["per_request"] = [
-        {"sid": r["sid"], "turn": r["turn"], "kind": r["kind"], "prompt_tokens": rec.input_tokens,
-         "measured_s": m, "predicted_s": p, "pipeline_predicted": rec.pipeline,
-         "pipeline_measured": (r.get("record") or {}).get("pipeline"),
-         "others_decoding": _others_decoding(sent(r), sent(r) + m, decoding)}
-        for (r, rec), m, p in zip(pairs, measured, predicted, strict=True)]  # fmt: skip
+        {
+            "sid": r["sid"],
+            "turn": r["turn"],
+            "kind": r["kind"],
+            "prompt_tokens": rec.input_tokens,
+            "measured_s": m,
+            "predicted_s": p,
+            "pipeline_predicted": rec.pipeline,
+            "pipeline_measured": (r.get("record") or {}).get("pipeline"),
+            "others_decoding": _others_decoding(sent(r), sent(r) + m, decoding),
+        }
+        for (r, rec), m, p in zip(pairs, measured, predicted, strict=True)
+    ]
     if name == "pdd":
         recs = [(r["record"], rec) for r, rec in pairs if r.get("record")]
         res["pipelines_measured"] = _count(x["pipeline"] for x, _ in recs)
@@ -190,27 +224,35 @@ def _meets(r: dict) -> bool:
 
 def print_table(results: list[dict]) -> None:
     """Measured vs predicted TTFT P50/P90 per contender."""
-    head = (f"{'contender':<10} {'TTFT P50 meas':>13} {'pred':>6} {'err':>6}   "
-            f"{'P90 meas':>8} {'pred':>6} {'err':>6}   {'within 20%':>10}")  # fmt: skip
+    head = (
+        f"{'contender':<10} {'TTFT P50 meas':>13} {'pred':>6} {'err':>6}   "
+        f"{'P90 meas':>8} {'pred':>6} {'err':>6}   {'within 20%':>10}"
+    )
     print(head + "\n" + "-" * len(head))
     for r in results:
         a, b = r["p50"], r["p90"]
-        print(f"{r['name']:<10} {a['measured_s']:>13.3f} {a['predicted_s']:>6.3f} "
-              f"{100 * a['error']:>+5.0f}%   {b['measured_s']:>8.3f} {b['predicted_s']:>6.3f} "
-              f"{100 * b['error']:>+5.0f}%   {'yes' if _meets(r) else 'no':>10}")  # fmt: skip
+        print(
+            f"{r['name']:<10} {a['measured_s']:>13.3f} {a['predicted_s']:>6.3f} "
+            f"{100 * a['error']:>+5.0f}%   {b['measured_s']:>8.3f} {b['predicted_s']:>6.3f} "
+            f"{100 * b['error']:>+5.0f}%   {'yes' if _meets(r) else 'no':>10}"
+        )
 
 
 def report(point: dict, calib: cal.Calibration, wan, slo_s: float, measured_link, results) -> None:
     """Print the calibration, the table and the diagnostics."""
     d, p = calib.decode, calib.prefill
     print(f"testbed: {point['label']}; {sum(r['requests'] for r in results)} requests simulated")
-    print(f"calibrated on same-dc ({d.samples} requests): decode step {1e3 * d.step_s:.2f} ms + "
-          f"{1e9 * d.per_context_token_s:.1f} ns per batch KV token (rmse {1e3 * d.rmse_s:.2f} ms);"
-          f" prefill {1e3 * p.fixed_s:.0f} ms + {1e6 * p.per_token_s:.1f} us/token + "
-          f"{1e9 * p.per_token_context_s:.2f} ns per (token x context token) "
-          f"(rmse {1e3 * p.rmse_s:.0f} ms)")  # fmt: skip
-    print(f"WAN (the emulated link's settings): {wan.bandwidth_gbps * 1e3:g} Mbit/s, "
-          f"RTT {wan.rtt_s * 1e3:g} ms; PDD's TTFT SLO {slo_s:g} s\n")  # fmt: skip
+    print(
+        f"calibrated on same-dc ({d.samples} requests): decode step {1e3 * d.step_s:.2f} ms + "
+        f"{1e9 * d.per_context_token_s:.1f} ns per batch KV token (rmse {1e3 * d.rmse_s:.2f} ms);"
+        f" prefill {1e3 * p.fixed_s:.0f} ms + {1e6 * p.per_token_s:.1f} us/token + "
+        f"{1e9 * p.per_token_context_s:.2f} ns per (token x context token) "
+        f"(rmse {1e3 * p.rmse_s:.0f} ms)"
+    )
+    print(
+        f"WAN (the emulated link's settings): {wan.bandwidth_gbps * 1e3:g} Mbit/s, "
+        f"RTT {wan.rtt_s * 1e3:g} ms; PDD's TTFT SLO {slo_s:g} s\n"
+    )
     print_table(results)
     met = [r["name"] for r in results if _meets(r)]
     print(
@@ -223,8 +265,10 @@ def report(point: dict, calib: cal.Calibration, wan, slo_s: float, measured_link
         wan_m = (summaries.get(r["name"]) or {}).get("wan_bytes")
         wan_s = ""
         if r["name"] != "same-dc" and wan_m is not None:
-            wan_s = (f"; WAN KV bytes measured {wan_m / 1e6:.2f} MB, "
-                     f"predicted {r['wan_bytes_predicted'] / 1e6:.2f} MB")  # fmt: skip
+            wan_s = (
+                f"; WAN KV bytes measured {wan_m / 1e6:.2f} MB, "
+                f"predicted {r['wan_bytes_predicted'] / 1e6:.2f} MB"
+            )
         print(
             f"  {r['name']}: median per-request TTFT measured - predicted "
             f"{1e3 * r['median_gap_s']:+.0f} ms{wan_s}"
@@ -234,24 +278,30 @@ def report(point: dict, calib: cal.Calibration, wan, slo_s: float, measured_link
             pipe = ""
             if x["pipeline_measured"]:
                 pipe = f", pipeline {x['pipeline_measured']} -> {x['pipeline_predicted']}"
-            print(f"    largest miss: session {x['sid']} turn {x['turn']} ({x['kind']}, "
-                  f"{x['prompt_tokens']} tokens): {x['measured_s']:.3f} s measured, "
-                  f"{x['predicted_s']:.3f} s predicted, {x['others_decoding']:.1f} requests "
-                  f"decoding meanwhile{pipe}")  # fmt: skip
+            print(
+                f"    largest miss: session {x['sid']} turn {x['turn']} ({x['kind']}, "
+                f"{x['prompt_tokens']} tokens): {x['measured_s']:.3f} s measured, "
+                f"{x['predicted_s']:.3f} s predicted, {x['others_decoding']:.1f} requests "
+                f"decoding meanwhile{pipe}"
+            )
     if measured_link is not None:
-        print(f"  WAN KV transfer in PDD's records (MD's KV ready after RLD's first token, "
-              f"{measured_link['transfers']} transfers): {1e3 * measured_link['overhead_s']:.0f} ms"
-              f" + bytes at {measured_link['mbps']:.1f} Mbit/s; simulator: RTT "
-              f"{1e3 * wan.rtt_s:g} ms + bytes at {wan.bandwidth_gbps * 1e3:g} Mbit/s")  # fmt: skip
+        print(
+            f"  WAN KV transfer in PDD's records (MD's KV ready after RLD's first token, "
+            f"{measured_link['transfers']} transfers): {1e3 * measured_link['overhead_s']:.0f} ms"
+            f" + bytes at {measured_link['mbps']:.1f} Mbit/s; simulator: RTT "
+            f"{1e3 * wan.rtt_s:g} ms + bytes at {wan.bandwidth_gbps * 1e3:g} Mbit/s"
+        )
     pdd = next((r for r in results if r["name"] == "pdd"), None)
     if pdd is not None and "pipelines_measured" in pdd:
         print(
             f"  pdd pipelines: measured {pdd['pipelines_measured']}, predicted "
             f"{pdd['pipelines_predicted']}"
         )
-        print(f"  pdd decode-side cache hit on the {pdd['decode_hit_requests']} requests whose KV "
-              f"crossed: measured {100 * pdd['decode_hit_measured']:.1f}% of prompt tokens, "
-              f"predicted {100 * pdd['decode_hit_predicted']:.1f}%")  # fmt: skip
+        print(
+            f"  pdd decode-side cache hit on the {pdd['decode_hit_requests']} requests whose KV "
+            f"crossed: measured {100 * pdd['decode_hit_measured']:.1f}% of prompt tokens, "
+            f"predicted {100 * pdd['decode_hit_predicted']:.1f}%"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -318,8 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     if measured_link is not None and "pdd" in runs:
         # Not the prediction: the same replay with the transfer start-up PDD's records show.
         slow = dataclasses.replace(wan, rtt_s=measured_link["overhead_s"])
-        config2 = dataclasses.replace(config, contenders=tuple(
-            dataclasses.replace(c, wan=slow) for c in config.contenders))  # fmt: skip
+        config2 = dataclasses.replace(
+            config, contenders=tuple(dataclasses.replace(c, wan=slow) for c in config.contenders)
+        )
         what_if = [compare(n, runs[n], config2) for n in SIMULATED if n in runs and n != "same-dc"]
         print(
             f"\nwhat-if (not the prediction): the WAN's start-up as measured "
@@ -330,10 +381,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  pdd pipelines then: {pdd2['pipelines_predicted']}")
     if opts.json:
         Path(opts.json).parent.mkdir(parents=True, exist_ok=True)
-        out = {"testbed_json": opts.testbed_json, "point": opts.point, "label": point["label"],
-               "goal_relative_error": GOAL, "calibration": asdict(calib),
-               "wan": asdict(wan), "measured_wan": measured_link, "contenders": results,
-               "what_if_measured_wan_startup": what_if}  # fmt: skip
+        out = {
+            "testbed_json": opts.testbed_json,
+            "point": opts.point,
+            "label": point["label"],
+            "goal_relative_error": GOAL,
+            "calibration": asdict(calib),
+            "wan": asdict(wan),
+            "measured_wan": measured_link,
+            "contenders": results,
+            "what_if_measured_wan_startup": what_if,
+        }
         Path(opts.json).write_text(json.dumps(out, indent=1))
         print(f"wrote {opts.json}")
     return 0

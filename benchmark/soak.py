@@ -80,8 +80,7 @@ class FaultInjector(threading.Thread):
             link.link("stall")
             time.sleep(self.args.stall_s)
             link.link("restore")
-        self.log.append({"fault": fault, "instance": name,
-                         "s": round(time.monotonic() - t0, 1)})  # fmt: skip
+        self.log.append({"fault": fault, "instance": name, "s": round(time.monotonic() - t0, 1)})
         print(f"  fault: {fault} {name} ({self.log[-1]['s']} s)", flush=True)
 
 
@@ -99,19 +98,29 @@ class Progress:
             self.ended += 1
             self.errors += error
             if self.ended % self.step == 0 or self.ended == self.total:
-                print(f"  {self.ended}/{self.total} ended, {self.errors} with an error "
-                      f"({time.monotonic() - self.start:.0f} s)", flush=True)  # fmt: skip
+                print(
+                    f"  {self.ended}/{self.total} ended, {self.errors} with an error "
+                    f"({time.monotonic() - self.start:.0f} s)",
+                    flush=True,
+                )
 
 
 def _bodies(args) -> list[dict]:
     rng = random.Random(args.seed)
     lo, hi = args.prompt_tokens
     olo, ohi = args.max_new_tokens
-    return [{"rid": f"soak-{i}", "input_ids": [rng.randrange(10, 250)
-                                               for _ in range(rng.randint(lo, hi))],
-             "sampling_params": {"temperature": 0.0, "ignore_eos": True,
-                                 "max_new_tokens": rng.randint(olo, ohi)}}
-            for i in range(args.requests)]  # fmt: skip
+    return [
+        {
+            "rid": f"soak-{i}",
+            "input_ids": [rng.randrange(10, 250) for _ in range(rng.randint(lo, hi))],
+            "sampling_params": {
+                "temperature": 0.0,
+                "ignore_eos": True,
+                "max_new_tokens": rng.randint(olo, ohi),
+            },
+        }
+        for i in range(args.requests)
+    ]
 
 
 def _kv_left(servers: list) -> dict[str, int]:
@@ -145,8 +154,10 @@ def _report(refs, results, faults, kv_left) -> dict:
             continue
         if res.output_ids != ref:
             wrong += 1
-            same = next((i for i, (a, b) in enumerate(zip(res.output_ids, ref, strict=False))
-                         if a != b), min(len(ref), len(res.output_ids)))  # fmt: skip
+            same = next(
+                (i for i, (a, b) in enumerate(zip(res.output_ids, ref, strict=False)) if a != b),
+                min(len(ref), len(res.output_ids)),
+            )
             wrong_tokens += max(len(ref), len(res.output_ids)) - same
             continue
         completed += 1
@@ -154,11 +165,18 @@ def _report(refs, results, faults, kv_left) -> dict:
         (migrated if pdd.get("migrations") else per_token).append((res.latency_s, len(ref)))
     base = statistics.median(t / n for t, n in per_token) if per_token else float("nan")
     added = [t - base * n for t, n in migrated]
-    return {"requests": len(results), "completed_identical": completed, "failed_cleanly": failed,
-            "lost_or_duplicated_requests": wrong, "lost_or_duplicated_tokens": wrong_tokens,
-            "migrated": len(migrated), "migrated_added_s_p50": _pct(added, 0.5),
-            "migrated_added_s_p99": _pct(added, 0.99), "faults": faults,
-            "kv_left_tokens": kv_left}  # fmt: skip
+    return {
+        "requests": len(results),
+        "completed_identical": completed,
+        "failed_cleanly": failed,
+        "lost_or_duplicated_requests": wrong,
+        "lost_or_duplicated_tokens": wrong_tokens,
+        "migrated": len(migrated),
+        "migrated_added_s_p50": _pct(added, 0.5),
+        "migrated_added_s_p99": _pct(added, 0.99),
+        "faults": faults,
+        "kv_left_tokens": kv_left,
+    }
 
 
 def _range(text: str, flag: str) -> tuple[int, int]:
@@ -172,14 +190,23 @@ def _range(text: str, flag: str) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--requests", type=int, default=500)
     ap.add_argument("--rate", type=float, default=1.5, help="arrivals per second (steady)")
-    ap.add_argument("--prompt-tokens", type=lambda t: _range(t, "--prompt-tokens"),
-                    default=(200, 800), help="LOW,HIGH")  # fmt: skip
-    ap.add_argument("--max-new-tokens", type=lambda t: _range(t, "--max-new-tokens"),
-                    default=(32, 300), help="LOW,HIGH")  # fmt: skip
+    ap.add_argument(
+        "--prompt-tokens",
+        type=lambda t: _range(t, "--prompt-tokens"),
+        default=(200, 800),
+        help="LOW,HIGH",
+    )
+    ap.add_argument(
+        "--max-new-tokens",
+        type=lambda t: _range(t, "--max-new-tokens"),
+        default=(32, 300),
+        help="LOW,HIGH",
+    )
     ap.add_argument("--fault-every-s", type=float, default=20.0)
     ap.add_argument("--restart-after-s", type=float, default=5.0)
     ap.add_argument("--stall-s", type=float, default=3.0)
@@ -194,17 +221,29 @@ def main(argv: list[str] | None = None) -> int:
     model = str(write_tiny_model(workdir / "tiny-model", TinyModelConfig(seed=args.seed)))
     bodies = _bodies(args)
     with ServerGroup(log_dir=workdir / "logs") as group:
-        print(f"starting P, 2 RLDs, 2 MDs, a router and a reference (logs: {group.log_dir})",
-              flush=True)  # fmt: skip
-        cluster = start_cluster(group, PddClusterConfig(
-            model_path=model, mains=2, incremental_streams=True, log_transfers=False))  # fmt: skip
+        print(
+            f"starting P, 2 RLDs, 2 MDs, a router and a reference (logs: {group.log_dir})",
+            flush=True,
+        )
+        cluster = start_cluster(
+            group,
+            PddClusterConfig(
+                model_path=model, mains=2, incremental_streams=True, log_transfers=False
+            ),
+        )
         common = {"model_path": model, "dtype": "float32", "chunked_prefill_size": 512}
         relay2, colocated = group.start(
-            ServerSpec("relay2", role="decode", extra_args=(
-                "--pdd-role", "relay", "--incremental-streaming-output"), **common),
-            ServerSpec("colocated", **common))  # fmt: skip
-        router = start_router(group, cluster, name="router-soak",
-                              relays=[cluster.relay.url, relay2.url])  # fmt: skip
+            ServerSpec(
+                "relay2",
+                role="decode",
+                extra_args=("--pdd-role", "relay", "--incremental-streaming-output"),
+                **common,
+            ),
+            ServerSpec("colocated", **common),
+        )
+        router = start_router(
+            group, cluster, name="router-soak", relays=[cluster.relay.url, relay2.url]
+        )
         print(f"{len(bodies)} references from the co-located server ...", flush=True)
         with ThreadPoolExecutor(4) as pool:
             refs = list(
@@ -241,12 +280,20 @@ def main(argv: list[str] | None = None) -> int:
         wait_router_settled(router.url)
         kv_left = _kv_left([cluster.prefill, *injector.relays, *injector.mains])
     report = _report(refs, results, injector.log, kv_left)
-    keys = ("requests", "completed_identical", "failed_cleanly", "lost_or_duplicated_requests",
-            "lost_or_duplicated_tokens", "migrated")  # fmt: skip
+    keys = (
+        "requests",
+        "completed_identical",
+        "failed_cleanly",
+        "lost_or_duplicated_requests",
+        "lost_or_duplicated_tokens",
+        "migrated",
+    )
     for key in keys:
         print(f"{key:>30}: {report[key]}")
-    print(f"{'migrated, added s p50/p99':>30}: {report['migrated_added_s_p50']:.2f} / "
-          f"{report['migrated_added_s_p99']:.2f}")  # fmt: skip
+    print(
+        f"{'migrated, added s p50/p99':>30}: {report['migrated_added_s_p50']:.2f} / "
+        f"{report['migrated_added_s_p99']:.2f}"
+    )
     counts = {f: sum(1 for x in report["faults"] if x["fault"] == f) for f in FAULTS}
     print(f"{'faults':>30}: {counts}")
     print(f"{'KV left (tokens)':>30}: {report['kv_left_tokens']}")
@@ -254,8 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"no token lost or duplicated, no KV left: {'yes' if ok else 'NO'}")
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"args": {k: v for k, v in vars(args).items()}, **report},
-                              indent=1, default=str))  # fmt: skip
+    out.write_text(
+        json.dumps({"args": {k: v for k, v in vars(args).items()}, **report}, indent=1, default=str)
+    )
     print(f"wrote {out}")
     return 0 if ok else 1
 

@@ -71,19 +71,34 @@ def start_testbed(group: ServerGroup, model: str, link: WanLinkConfig, args) -> 
     cpus = ("", "")
     if args.pin_datacenters and (os.cpu_count() or 1) >= 2:
         half = (os.cpu_count() or 2) // 2
-        cpus = (f"0-{half - 1}" if half > 1 else "0", f"{half}-{2 * half - 1}"
-                if half > 1 else "1")  # fmt: skip
-    cfg = PddClusterConfig(model_path=model, wan=link, ttft_slo_s=args.ttft_slo_s,
-                           handoff_mode=args.handoff_mode, mains=args.mains,
-                           max_total_tokens=args.max_total_tokens,
-                           datacenter_cpus=cpus, incremental_streams=True)  # fmt: skip
+        cpus = (f"0-{half - 1}" if half > 1 else "0", f"{half}-{2 * half - 1}" if half > 1 else "1")
+    cfg = PddClusterConfig(
+        model_path=model,
+        wan=link,
+        ttft_slo_s=args.ttft_slo_s,
+        handoff_mode=args.handoff_mode,
+        mains=args.mains,
+        max_total_tokens=args.max_total_tokens,
+        datacenter_cpus=cpus,
+        incremental_streams=True,
+    )
     cluster = start_cluster(group, cfg)
-    decode, = group.start(ServerSpec(
-        "cross-dc-decode", model_path=model, role="decode", dtype=cfg.dtype,
-        chunked_prefill_size=cfg.chunked_prefill_size, max_total_tokens=cfg.max_total_tokens,
-        env=(("SGLANG_HOST_IP", DATACENTER_B_HOST),), cpus=cpus[1],
-        extra_args=("--disaggregation-decode-enable-radix-cache",
-                    "--incremental-streaming-output")))  # fmt: skip
+    (decode,) = group.start(
+        ServerSpec(
+            "cross-dc-decode",
+            model_path=model,
+            role="decode",
+            dtype=cfg.dtype,
+            chunked_prefill_size=cfg.chunked_prefill_size,
+            max_total_tokens=cfg.max_total_tokens,
+            env=(("SGLANG_HOST_IP", DATACENTER_B_HOST),),
+            cpus=cpus[1],
+            extra_args=(
+                "--disaggregation-decode-enable-radix-cache",
+                "--incremental-streaming-output",
+            ),
+        )
+    )
     via_wan = start_wan_proxy(group, "cross-dc-wan-http", decode.port, link)
     routers = {"pdd": cluster.router_url}
     if "pdd-after-relay" in args.contenders:
@@ -96,11 +111,13 @@ def start_testbed(group: ServerGroup, model: str, link: WanLinkConfig, args) -> 
 def sender(tb: Testbed, name: str):
     p = tb.cluster.prefill
     if name == "same-dc":
-        return lambda body: pd_generate(p.url, p.bootstrap_port, tb.cluster.relay.url, body,
-                                        stream=True, incremental=True)  # fmt: skip
+        return lambda body: pd_generate(
+            p.url, p.bootstrap_port, tb.cluster.relay.url, body, stream=True, incremental=True
+        )
     if name == "cross-dc":
-        return lambda body: pd_generate(p.url, p.bootstrap_port, tb.cross_dc_decode, body,
-                                        stream=True, incremental=True)  # fmt: skip
+        return lambda body: pd_generate(
+            p.url, p.bootstrap_port, tb.cross_dc_decode, body, stream=True, incremental=True
+        )
     url = tb.routers[name]
     return lambda body: generate(url, body, stream=True, incremental=True)
 
@@ -109,8 +126,12 @@ def settle_and_flush(tb: Testbed, timeout: float = 300) -> None:
     """Wait for background work to end, then empty every radix cache (P, RLD, MDs, baseline)."""
     for url in tb.routers.values():
         wait_router_settled(url, timeout)
-    urls = [tb.cluster.prefill.url, tb.cluster.relay.url, tb.cross_dc_direct,
-            *(site.server.url for site in tb.cluster.mains)]  # fmt: skip
+    urls = [
+        tb.cluster.prefill.url,
+        tb.cluster.relay.url,
+        tb.cross_dc_direct,
+        *(site.server.url for site in tb.cluster.mains),
+    ]
     deadline = time.monotonic() + timeout
     for url in urls:
         while requests.post(f"{url}/flush_cache", timeout=30).status_code != 200:
@@ -152,8 +173,11 @@ def run_point(tb: Testbed, sessions, names, label: str, log=print) -> dict:
         summaries.append(summarize(name, results, wan, dup))
         log(f"[{label}] {name}: done in {time.monotonic() - started:.0f}s")
     reference = runs.get("same-dc")
-    same = {n: identical_outputs(r, reference) for n, r in runs.items()
-            if reference is not None and n != "same-dc"}  # fmt: skip
+    same = {
+        n: identical_outputs(r, reference)
+        for n, r in runs.items()
+        if reference is not None and n != "same-dc"
+    }
     return {"label": label, "summaries": summaries, "runs": runs, "identical": same}
 
 
@@ -166,10 +190,24 @@ def run_bench_serving(group: ServerGroup, tb: Testbed, model: str, args, workdir
 
     port = free_port()
     p = tb.cluster.prefill
-    lb = group.launch_command("cross-dc-lb", [
-        sys.executable, "-m", "sglang_pdd.cli", "pd-lb", "--prefill", p.url,
-        "--bootstrap-port", str(p.bootstrap_port), "--decode", tb.cross_dc_decode,
-        "--port", str(port)], port)  # fmt: skip
+    lb = group.launch_command(
+        "cross-dc-lb",
+        [
+            sys.executable,
+            "-m",
+            "sglang_pdd.cli",
+            "pd-lb",
+            "--prefill",
+            p.url,
+            "--bootstrap-port",
+            str(p.bootstrap_port),
+            "--decode",
+            tb.cross_dc_decode,
+            "--port",
+            str(port),
+        ],
+        port,
+    )
     group.wait_ready(lb, timeout=60, path="/v1/models")
     targets = {"pdd": tb.routers["pdd"], "cross-dc": lb.url}
     out = {}
@@ -177,14 +215,42 @@ def run_bench_serving(group: ServerGroup, tb: Testbed, model: str, args, workdir
         settle_and_flush(tb)
         result_file = workdir / f"bench_serving_{name}.jsonl"
         host, port_s = url.split("://", 1)[1].rsplit(":", 1)
-        cmd = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang",
-               "--host", host, "--port", port_s, "--model", model, "--tokenizer", model,
-               "--dataset-name", "generated-shared-prefix", "--gsp-num-groups", "4",
-               "--gsp-prompts-per-group", "4", "--gsp-system-prompt-len", "1500",
-               "--gsp-question-len", "64", "--gsp-output-len", "200",
-               "--num-prompts", "16", "--request-rate", str(args.bench_serving_rate),
-               "--seed", str(args.seed), "--output-file", str(result_file),
-               "--disable-tqdm"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "sglang.bench_serving",
+            "--backend",
+            "sglang",
+            "--host",
+            host,
+            "--port",
+            port_s,
+            "--model",
+            model,
+            "--tokenizer",
+            model,
+            "--dataset-name",
+            "generated-shared-prefix",
+            "--gsp-num-groups",
+            "4",
+            "--gsp-prompts-per-group",
+            "4",
+            "--gsp-system-prompt-len",
+            "1500",
+            "--gsp-question-len",
+            "64",
+            "--gsp-output-len",
+            "200",
+            "--num-prompts",
+            "16",
+            "--request-rate",
+            str(args.bench_serving_rate),
+            "--seed",
+            str(args.seed),
+            "--output-file",
+            str(result_file),
+            "--disable-tqdm",
+        ]
         print(f"[bench_serving] {name}: {' '.join(cmd[1:])}", flush=True)
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
         if proc.returncode != 0 or not result_file.exists():
@@ -214,31 +280,49 @@ def print_bench_serving(results: dict) -> None:
         if "error" in r:
             print(f"  {name:<9} {r['error']}")
             continue
-        print(f"  {name:<9} completed {r['completed']}, TTFT median "
-              f"{r['median_ttft_ms']:.0f} ms, p90 {r['p90_ttft_ms']:.0f} ms, p99 "
-              f"{r['p99_ttft_ms']:.0f} ms, ITL median {r['median_itl_ms']:.1f} ms, output "
-              f"{r['output_throughput']:.1f} tok/s")  # fmt: skip
+        print(
+            f"  {name:<9} completed {r['completed']}, TTFT median "
+            f"{r['median_ttft_ms']:.0f} ms, p90 {r['p90_ttft_ms']:.0f} ms, p99 "
+            f"{r['p99_ttft_ms']:.0f} ms, ITL median {r['median_itl_ms']:.1f} ms, output "
+            f"{r['output_throughput']:.1f} tok/s"
+        )
     a, b = results.get("pdd", {}), results.get("cross-dc", {})
     if a.get("p90_ttft_ms") and b.get("p90_ttft_ms"):
-        print(f"  PDD / cross-DC PD: TTFT median {a['median_ttft_ms'] / b['median_ttft_ms']:.2f}x,"
-              f" p90 {a['p90_ttft_ms'] / b['p90_ttft_ms']:.2f}x")  # fmt: skip
+        print(
+            f"  PDD / cross-DC PD: TTFT median {a['median_ttft_ms'] / b['median_ttft_ms']:.2f}x,"
+            f" p90 {a['p90_ttft_ms'] / b['p90_ttft_ms']:.2f}x"
+        )
 
 
 def build_sessions(args, sessions: int | None = None):
     if args.workload == "trace":
-        return trace_sessions(TraceConfig(args.trace, args.trace_requests, args.trace_block_tokens,
-                                          args.trace_speed, args.max_new_tokens))  # fmt: skip
-    cfg = AgenticConfig(sessions=sessions or args.sessions, turns=args.turns,
-                        context_tokens=args.context_tokens, output_tokens=args.max_new_tokens,
-                        turn_interval_s=args.turn_interval_s, seed=args.seed)  # fmt: skip
+        return trace_sessions(
+            TraceConfig(
+                args.trace,
+                args.trace_requests,
+                args.trace_block_tokens,
+                args.trace_speed,
+                args.max_new_tokens,
+            )
+        )
+    cfg = AgenticConfig(
+        sessions=sessions or args.sessions,
+        turns=args.turns,
+        context_tokens=args.context_tokens,
+        output_tokens=args.max_new_tokens,
+        turn_interval_s=args.turn_interval_s,
+        seed=args.seed,
+    )
     return agentic_sessions(cfg)
 
 
 def print_point(point: dict, out=print) -> None:
     out(table(point["summaries"], baseline="cross-dc"))
     for name, (eq, n) in point["identical"].items():
-        out(f"{name}: output identical to same-DC PD (bit-identical to a co-located server) "
-            f"for {eq}/{n} requests")  # fmt: skip
+        out(
+            f"{name}: output identical to same-DC PD (bit-identical to a co-located server) "
+            f"for {eq}/{n} requests"
+        )
 
 
 def headline(point: dict, rtt_s: float) -> list[str]:
@@ -257,19 +341,31 @@ def headline(point: dict, rtt_s: float) -> list[str]:
     itl_bound = cross.itl_p99 + rtt_s
     share = pdd.relay_share or 0.0
     lines = [
-        goal(f"PDD E2E P50 {pdd.e2e_p50:.2f}s = {e2e50:.2f}x cross-DC PD's {cross.e2e_p50:.2f}s "
-             "(goal <= 0.9x)", e2e50 <= 0.9),
-        goal(f"PDD E2E P90 {pdd.e2e_p90:.2f}s = {e2e90:.2f}x cross-DC PD's {cross.e2e_p90:.2f}s "
-             "(goal <= 0.9x)", e2e90 <= 0.9),
-        goal(f"PDD P90 TTFT {pdd.ttft_p90:.2f}s = {ttft90:.2f}x cross-DC PD's "
-             f"{cross.ttft_p90:.2f}s (goal <= {ttft_goal}x)", ttft90 <= ttft_goal),
-        goal(f"PDD ITL P99 {1000 * pdd.itl_p99:.0f} ms vs cross-DC PD's "
-             f"{1000 * cross.itl_p99:.0f} ms + one RTT = {1000 * itl_bound:.0f} ms",
-             pdd.itl_p99 <= itl_bound),
+        goal(
+            f"PDD E2E P50 {pdd.e2e_p50:.2f}s = {e2e50:.2f}x cross-DC PD's {cross.e2e_p50:.2f}s "
+            "(goal <= 0.9x)",
+            e2e50 <= 0.9,
+        ),
+        goal(
+            f"PDD E2E P90 {pdd.e2e_p90:.2f}s = {e2e90:.2f}x cross-DC PD's {cross.e2e_p90:.2f}s "
+            "(goal <= 0.9x)",
+            e2e90 <= 0.9,
+        ),
+        goal(
+            f"PDD P90 TTFT {pdd.ttft_p90:.2f}s = {ttft90:.2f}x cross-DC PD's "
+            f"{cross.ttft_p90:.2f}s (goal <= {ttft_goal}x)",
+            ttft90 <= ttft_goal,
+        ),
+        goal(
+            f"PDD ITL P99 {1000 * pdd.itl_p99:.0f} ms vs cross-DC PD's "
+            f"{1000 * cross.itl_p99:.0f} ms + one RTT = {1000 * itl_bound:.0f} ms",
+            pdd.itl_p99 <= itl_bound,
+        ),
         goal(f"RLD made {100 * share:.1f}% of PDD's output tokens (goal <= 20%)", share <= 0.2),
-        goal(f"duplicate transfers: {pdd.duplicate_transfers} (goal 0)",
-             pdd.duplicate_transfers == 0),
-    ]  # fmt: skip
+        goal(
+            f"duplicate transfers: {pdd.duplicate_transfers} (goal 0)", pdd.duplicate_transfers == 0
+        ),
+    ]
     same, n = point["identical"].get("pdd", (0, 0))
     lines.append(goal(f"PDD output identical to same-DC PD for {same}/{n} requests", same == n))
     return lines
@@ -357,16 +453,22 @@ def main(argv: list[str] | None = None) -> int:
     for mbps in links:
         link = WanLinkConfig(mbps, args.wan_delay_ms)
         with ServerGroup(log_dir=workdir / f"logs-{mbps:g}mbps") as group:
-            print(f"starting the testbed ({mbps:g} Mbit/s, {args.wan_delay_ms:g} ms one way; "
-                  f"logs: {group.log_dir}) ...", flush=True)  # fmt: skip
+            print(
+                f"starting the testbed ({mbps:g} Mbit/s, {args.wan_delay_ms:g} ms one way; "
+                f"logs: {group.log_dir}) ...",
+                flush=True,
+            )
             tb = start_testbed(group, model, link, args)
             for load in loads:
                 sessions = build_sessions(args, load)
                 prompts_hit = _ideal_hit(sessions)
-                label = (f"{args.workload} {len(sessions)} sessions, {mbps:g} Mbit/s, "
-                         f"ideal prefix hit {100 * prompts_hit:.0f}%")  # fmt: skip
-                point = run_point(tb, sessions, args.contenders, label,
-                                  log=lambda m: print(m, flush=True))  # fmt: skip
+                label = (
+                    f"{args.workload} {len(sessions)} sessions, {mbps:g} Mbit/s, "
+                    f"ideal prefix hit {100 * prompts_hit:.0f}%"
+                )
+                point = run_point(
+                    tb, sessions, args.contenders, label, log=lambda m: print(m, flush=True)
+                )
                 point.update(wan_mbps=mbps, sessions=len(sessions))
                 print(f"\n== {label}")
                 print_point(point)
@@ -379,8 +481,11 @@ def main(argv: list[str] | None = None) -> int:
                 print_bench_serving(serving)
                 points[0]["bench_serving"] = serving
     _write(points, args)
-    return 0 if all(p["summaries"] and not any(s.errors for s in p["summaries"])
-                    for p in points) else 1  # fmt: skip
+    return (
+        0
+        if all(p["summaries"] and not any(s.errors for s in p["summaries"]) for p in points)
+        else 1
+    )
 
 
 def _ideal_hit(sessions) -> float:
@@ -407,11 +512,18 @@ def _write(points: list[dict], args) -> None:
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
     if args.json:
-        data = [{"label": p["label"], "wan_mbps": p["wan_mbps"], "sessions": p["sessions"],
-                 "identical": p["identical"], "bench_serving": p.get("bench_serving"),
-                 "summaries": [s.as_dict() for s in p["summaries"]],
-                 "requests": {n: [_row(r) for r in rs] for n, rs in p["runs"].items()}}
-                for p in points]  # fmt: skip
+        data = [
+            {
+                "label": p["label"],
+                "wan_mbps": p["wan_mbps"],
+                "sessions": p["sessions"],
+                "identical": p["identical"],
+                "bench_serving": p.get("bench_serving"),
+                "summaries": [s.as_dict() for s in p["summaries"]],
+                "requests": {n: [_row(r) for r in rs] for n, rs in p["runs"].items()},
+            }
+            for p in points
+        ]
         Path(args.json).write_text(json.dumps({"args": vars(args), "points": data}, indent=1))
         print(f"wrote {args.json}")
     if args.plot and points:
@@ -419,8 +531,11 @@ def _write(points: list[dict], args) -> None:
         print(f"wrote {args.plot}")
     first = {x.name: x for x in points[0]["summaries"]} if points else {}
     if args.phase_plot and first.get("pdd") is not None and first["pdd"].phases:
-        baselines = {name: _mean([r.e2e_s for r in points[0]["runs"][name] if r.status == 200])
-                     for name in ("cross-dc", "same-dc") if name in points[0]["runs"]}  # fmt: skip
+        baselines = {
+            name: _mean([r.e2e_s for r in points[0]["runs"][name] if r.status == 200])
+            for name in ("cross-dc", "same-dc")
+            if name in points[0]["runs"]
+        }
         phase_plot(first["pdd"].phases, baselines, args.phase_plot, points[0]["label"])
         print(f"wrote {args.phase_plot}")
     if len(points) > 1:

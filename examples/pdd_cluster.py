@@ -28,8 +28,10 @@ from sglang_pdd.testbed.cluster import (
 from sglang_pdd.testbed.launcher import ServerGroup, ServerSpec
 from sglang_pdd.transfer.wan_link import WanLinkConfig
 
-WORDS = ("cache prefill decode relay main token stream latency link datacenter radix extend "
-         "handoff batch chunk server request model output input prefix").split()  # fmt: skip
+WORDS = (
+    "cache prefill decode relay main token stream latency link datacenter radix extend "
+    "handoff batch chunk server request model output input prefix"
+).split()
 
 
 def conversation_turns(rng: random.Random, context_words: int, turns: int) -> list[str]:
@@ -40,11 +42,18 @@ def conversation_turns(rng: random.Random, context_words: int, turns: int) -> li
 
 def start_baseline(group: ServerGroup, cluster, model: str, cfg: PddClusterConfig) -> str:
     """SGLang's own cross-datacenter PD: a decode server in datacenter B behind the same link."""
-    decode, = group.start(ServerSpec(
-        "baseline-decode", model_path=model, role="decode", dtype=cfg.dtype,
-        chunked_prefill_size=cfg.chunked_prefill_size, max_total_tokens=cfg.max_total_tokens,
-        env=(("SGLANG_HOST_IP", DATACENTER_B_HOST),),
-        extra_args=("--disaggregation-decode-enable-radix-cache",)))  # fmt: skip
+    (decode,) = group.start(
+        ServerSpec(
+            "baseline-decode",
+            model_path=model,
+            role="decode",
+            dtype=cfg.dtype,
+            chunked_prefill_size=cfg.chunked_prefill_size,
+            max_total_tokens=cfg.max_total_tokens,
+            env=(("SGLANG_HOST_IP", DATACENTER_B_HOST),),
+            extra_args=("--disaggregation-decode-enable-radix-cache",),
+        )
+    )
     return start_wan_proxy(group, "baseline-wan-http", decode.port, cfg.wan)
 
 
@@ -74,13 +83,17 @@ def main(argv: list[str] | None = None) -> int:
 
         model = str(write_tiny_model(workdir / "tiny-model", TinyModelConfig(seed=args.seed)))
         print(f"generated model: {model}", flush=True)
-    cfg = PddClusterConfig(model_path=model, handoff_mode=args.handoff_mode,
-                           wan=WanLinkConfig(args.wan_mbps, args.wan_delay_ms))  # fmt: skip
+    cfg = PddClusterConfig(
+        model_path=model,
+        handoff_mode=args.handoff_mode,
+        wan=WanLinkConfig(args.wan_mbps, args.wan_delay_ms),
+    )
     rng = random.Random(args.seed)
     rows = []
     with ServerGroup(log_dir=workdir / "logs") as group:
-        print(f"starting P, RLD, MD, router and the baseline (logs: {group.log_dir}) ...",
-              flush=True)  # fmt: skip
+        print(
+            f"starting P, RLD, MD, router and the baseline (logs: {group.log_dir}) ...", flush=True
+        )
         cluster = start_cluster(group, cfg)
         baseline_decode = start_baseline(group, cluster, model, cfg)
         prefill = cluster.prefill
@@ -92,17 +105,19 @@ def main(argv: list[str] | None = None) -> int:
         print("-" * len(header))
         for conv in range(args.conversations):
             history = ""
-            for turn, message in enumerate(conversation_turns(rng, args.context_words,
-                                                               args.turns)):  # fmt: skip
+            for turn, message in enumerate(conversation_turns(rng, args.context_words, args.turns)):
                 history += f" user: {message} assistant:"
-                body = {"text": history, "sampling_params": {
-                    "temperature": 0.0, "max_new_tokens": args.max_new_tokens}}  # fmt: skip
+                body = {
+                    "text": history,
+                    "sampling_params": {"temperature": 0.0, "max_new_tokens": args.max_new_tokens},
+                }
                 pdd = generate(cluster.router_url, body, stream=True)
                 # A request finished on RLD still sends its KV to MD: let that end first, so the
                 # baseline does not share the link with it.
                 wait_router_settled(cluster.router_url)
-                base = pd_generate(prefill.url, prefill.bootstrap_port, baseline_decode, body,
-                                   stream=True)  # fmt: skip
+                base = pd_generate(
+                    prefill.url, prefill.bootstrap_port, baseline_decode, body, stream=True
+                )
                 if pdd.status != 200 or base.status != 200:
                     print(f"request failed: {pdd.body} {base.body}", file=sys.stderr)
                     return 1
@@ -111,11 +126,14 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append((pdd.ttft_s, base.ttft_s, rec, same))
                 ready = rec["main_ready_s"]
                 hand = rec["handoff_s"]
-                print(f"{conv:>4} {turn:>4} {pdd.body['meta_info']['prompt_tokens']:>6} | "
-                      f"{pdd.ttft_s:>8.3f} {base.ttft_s:>9.3f} | {rec['relay_tokens']:>5} "
-                      f"{rec['main_tokens']:>4} {ready if ready is None else round(ready, 3)!s:>7} "
-                      f"{hand if hand is None else round(hand, 3)!s:>9} "
-                      f"{rec['wan_bytes'] / 1024:>7.1f} {same}", flush=True)  # fmt: skip
+                print(
+                    f"{conv:>4} {turn:>4} {pdd.body['meta_info']['prompt_tokens']:>6} | "
+                    f"{pdd.ttft_s:>8.3f} {base.ttft_s:>9.3f} | {rec['relay_tokens']:>5} "
+                    f"{rec['main_tokens']:>4} {ready if ready is None else round(ready, 3)!s:>7} "
+                    f"{hand if hand is None else round(hand, 3)!s:>9} "
+                    f"{rec['wan_bytes'] / 1024:>7.1f} {same}",
+                    flush=True,
+                )
                 history += " " + pdd.body["text"]
     pdd_ttft = [r[0] for r in rows]
     base_ttft = [r[1] for r in rows]

@@ -59,10 +59,13 @@ def hook(original, self, server_args, *args, **kwargs):
         vocab = getattr(getattr(self, "model_config", None), "vocab_size", None)
         # Only the rank that pulls requests (the one _poll_timeout_aborts runs on) binds the
         # control socket; main_control_ingest broadcasts what it reads to the other ranks.
-        self._pdd_main = MainDecodeState(config.control_port if _receives_requests() else None,
-                                         host=config.control_host, vocab_size=vocab,
-                                         ttl_s=config.parked_ttl_s,
-                                         curve=config.control_curve())  # fmt: skip
+        self._pdd_main = MainDecodeState(
+            config.control_port if _receives_requests() else None,
+            host=config.control_host,
+            vocab_size=vocab,
+            ttl_s=config.parked_ttl_s,
+            curve=config.control_curve(),
+        )
         _dispatch_control_messages(self)
     logger.warning(
         "%s pid=%d role=%s overlap_schedule=%s cpu_kernel_standin=%s targets=%s",

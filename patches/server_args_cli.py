@@ -23,70 +23,89 @@ def hook(result, parser, *args, **kwargs):
 
     group = parser.add_argument_group("sglang-pdd (cross-datacenter PDD)")
     group.add_argument(
-        "--pdd-role", default="none", choices=ROLES,
+        "--pdd-role",
+        default="none",
+        choices=ROLES,
         help="PDD role of this server: prefill (with --disaggregation-mode prefill), relay or "
         "main (Relay-/Main-Decode, with --disaggregation-mode decode); none: plain SGLang.",
-    )  # fmt: skip
+    )
     group.add_argument(
-        "--pdd-wan-hosts", default="",
+        "--pdd-wan-hosts",
+        default="",
         help="Prefill: comma-separated IPs of KV receivers across the WAN (e.g. Main-Decode's "
         "SGLANG_HOST_IP). Sends to them get their own transfer queues (Relay-Decode's never "
         "wait behind them) and cross the emulated link below when one is set.",
-    )  # fmt: skip
+    )
     group.add_argument(
-        "--pdd-wan-bandwidth-mbps", type=float, default=None,
+        "--pdd-wan-bandwidth-mbps",
+        type=float,
+        default=None,
         help="Emulated WAN bandwidth in Mbit/s for KV sent to --pdd-wan-hosts.",
-    )  # fmt: skip
+    )
     group.add_argument(
-        "--pdd-wan-delay-ms", type=float, default=0.0,
+        "--pdd-wan-delay-ms",
+        type=float,
+        default=0.0,
         help="Emulated one-way WAN delay in milliseconds.",
-    )  # fmt: skip
+    )
     group.add_argument(
-        "--pdd-wan-jitter-ms", type=float, default=0.0,
+        "--pdd-wan-jitter-ms",
+        type=float,
+        default=0.0,
         help="Emulated WAN delay jitter (uniform, +/- this many ms).",
-    )  # fmt: skip
+    )
     group.add_argument(
-        "--pdd-wan-fault-file", default="",
+        "--pdd-wan-fault-file",
+        default="",
         help="Prefill, with --pdd-wan-bandwidth-mbps: a file whose content (up, stall, drop) "
         "sets the emulated WAN's state before each KV write to --pdd-wan-hosts, to rehearse a "
         "link failure in the middle of a transfer; no file: up.",
-    )  # fmt: skip
+    )
     group.add_argument(
-        "--pdd-control-port", type=int, default=0,
+        "--pdd-control-port",
+        type=int,
+        default=0,
         help="Main-Decode: TCP port of the handoff control socket the router connects to.",
-    )  # fmt: skip
+    )
     group.add_argument(
-        "--pdd-control-host", default="0.0.0.0",
+        "--pdd-control-host",
+        default="0.0.0.0",
         help="Main-Decode: address the control socket binds (name the interface the router "
         "reaches it on; 0.0.0.0: every interface).",
-    )  # fmt: skip
+    )
     group.add_argument(
-        "--pdd-control-curve-secret", default="",
+        "--pdd-control-curve-secret",
+        default="",
         help="Main-Decode: this server's CURVE key pair (a NAME.key_secret file from "
         "sglang-pdd control-keys). With --pdd-control-curve-clients, the control socket is "
         "encrypted and only routers whose public key is in that folder can reach it.",
-    )  # fmt: skip
+    )
     group.add_argument(
-        "--pdd-control-curve-clients", default="",
+        "--pdd-control-curve-clients",
+        default="",
         help="Main-Decode: folder of the public keys (NAME.key files) of the routers allowed on "
         "the control socket (with --pdd-control-curve-secret).",
-    )  # fmt: skip
+    )
     group.add_argument(
-        "--pdd-seeded-sampling", action="store_true",
+        "--pdd-seeded-sampling",
+        action="store_true",
         help="Sample with SGLang's seeded sampler (per-position hash of sampling_seed) on "
         "this server without --enable-deterministic-inference, so that a seeded request gives "
         "the same tokens on every instance it passes through; requests without a seed get a "
         "random one. Give it to every instance of a PDD cluster (and to the router as "
         "--seeded-sampling).",
-    )  # fmt: skip
+    )
     group.add_argument(
-        "--pdd-parked-ttl-s", type=float, default=600.0,
+        "--pdd-parked-ttl-s",
+        type=float,
+        default=600.0,
         help="Main-Decode: end a relayed request that sees no handoff, release or other control "
         "message for this long (its KV is cached, as for a release), and forget a watch for a "
         "request that never arrives as long.",
-    )  # fmt: skip
+    )
     group.add_argument(
-        "--pdd-log-transfers", action="store_true",
+        "--pdd-log-transfers",
+        action="store_true",
         help="Log every KV transfer call (destination and bytes) of this server.",
-    )  # fmt: skip
+    )
     return result

@@ -33,8 +33,10 @@ def hook(server_args, cls, args, *rest, **kwargs):
         return server_args  # a parser without our flags (e.g. SGLang's own tests)
     wan = None
     if args.pdd_wan_bandwidth_mbps is None:
-        for flag, value in (("--pdd-wan-delay-ms", args.pdd_wan_delay_ms),
-                            ("--pdd-wan-jitter-ms", args.pdd_wan_jitter_ms)):  # fmt: skip
+        for flag, value in (
+            ("--pdd-wan-delay-ms", args.pdd_wan_delay_ms),
+            ("--pdd-wan-jitter-ms", args.pdd_wan_jitter_ms),
+        ):
             if value:
                 raise ValueError(f"{flag} needs --pdd-wan-bandwidth-mbps (the emulated link)")
     else:

@@ -62,19 +62,26 @@ class PddServerConfig:
             raise ValueError("--pdd-control-host is only accepted with --pdd-role main")
         curve = (self.control_curve_secret, self.control_curve_clients)
         if any(curve) and self.role != "main":
-            raise ValueError("--pdd-control-curve-secret and --pdd-control-curve-clients are "
-                             "only accepted with --pdd-role main")  # fmt: skip
+            raise ValueError(
+                "--pdd-control-curve-secret and --pdd-control-curve-clients are "
+                "only accepted with --pdd-role main"
+            )
         if any(curve) and not all(curve):
-            raise ValueError("--pdd-control-curve-secret and --pdd-control-curve-clients go "
-                             "together: MD's key pair and the routers' public keys")  # fmt: skip
+            raise ValueError(
+                "--pdd-control-curve-secret and --pdd-control-curve-clients go "
+                "together: MD's key pair and the routers' public keys"
+            )
         if all(curve):
             self.control_curve()  # unreadable keys are refused at start, naming the flag
         if self.wan_fault_file and (self.role != "prefill" or self.wan is None):
-            raise ValueError("--pdd-wan-fault-file is only accepted with --pdd-role prefill and "
-                             "--pdd-wan-bandwidth-mbps (the emulated link it cuts)")  # fmt: skip
+            raise ValueError(
+                "--pdd-wan-fault-file is only accepted with --pdd-role prefill and "
+                "--pdd-wan-bandwidth-mbps (the emulated link it cuts)"
+            )
         if not self.control_host or any(c.isspace() or c in "/:" for c in self.control_host):
-            raise ValueError(f"--pdd-control-host takes an IPv4 address or host name, got "
-                             f"{self.control_host!r}")  # fmt: skip
+            raise ValueError(
+                f"--pdd-control-host takes an IPv4 address or host name, got {self.control_host!r}"
+            )
 
     def control_curve(self):
         """The control socket's CURVE keys (a ``CurveServer``), or None when not set."""
@@ -101,9 +108,14 @@ class PddServerConfig:
             )
 
 
-def check_main_decode_modes(*, pp_size: int, dp_size: int,
-                            speculative: str | None, page_size: int = 1,
-                            dp_attention: bool = False) -> None:  # fmt: skip
+def check_main_decode_modes(
+    *,
+    pp_size: int,
+    dp_size: int,
+    speculative: str | None,
+    page_size: int = 1,
+    dp_attention: bool = False,
+) -> None:
     """Refuse SGLang server modes a Main-Decode does not serve (yet), naming the flag to change.
     (Tensor parallelism is served: tests/e2e/test_tensor_parallel.py.)
 
@@ -113,8 +125,7 @@ def check_main_decode_modes(*, pp_size: int, dp_size: int,
     * Page size > 1: the handoff's KV budget rounds to pages, but no test covers it.
     """
     problems = []
-    for flag, value in (("--pp-size", pp_size), ("--dp-size", dp_size),
-                        ("--page-size", page_size)):  # fmt: skip
+    for flag, value in (("--pp-size", pp_size), ("--dp-size", dp_size), ("--page-size", page_size)):
         if value != 1:
             problems.append(f"{flag} {value} (use {flag} 1)")
     if dp_attention:

@@ -13,10 +13,17 @@ from sglang_pdd.transfer.wan_link import WanLinkConfig
 
 
 def _args(**overrides) -> Namespace:
-    values = dict(pdd_role="prefill", pdd_wan_hosts="", pdd_wan_bandwidth_mbps=None,
-                  pdd_wan_delay_ms=0.0, pdd_wan_jitter_ms=0.0, pdd_control_port=0,
-                  pdd_log_transfers=False, disaggregation_mode="prefill",
-                  disaggregation_decode_enable_radix_cache=False)  # fmt: skip
+    values = dict(
+        pdd_role="prefill",
+        pdd_wan_hosts="",
+        pdd_wan_bandwidth_mbps=None,
+        pdd_wan_delay_ms=0.0,
+        pdd_wan_jitter_ms=0.0,
+        pdd_control_port=0,
+        pdd_log_transfers=False,
+        disaggregation_mode="prefill",
+        disaggregation_decode_enable_radix_cache=False,
+    )
     return Namespace(**{**values, **overrides})
 
 
@@ -75,11 +82,13 @@ def test_unknown_role_lists_the_accepted_values():
 def test_main_decode_refuses_modes_it_cannot_serve_naming_the_flags():
     ok = dict(pp_size=1, dp_size=1, speculative=None)
     check_main_decode_modes(**ok)
-    for change, flag in ((dict(pp_size=2), "--pp-size 2"),
-                         (dict(dp_size=4), "--dp-size 4"),
-                         (dict(speculative="EAGLE"), "--speculative-algorithm EAGLE"),
-                         (dict(page_size=16), "--page-size 16"),
-                         (dict(dp_attention=True), "--enable-dp-attention")):  # fmt: skip
+    for change, flag in (
+        (dict(pp_size=2), "--pp-size 2"),
+        (dict(dp_size=4), "--dp-size 4"),
+        (dict(speculative="EAGLE"), "--speculative-algorithm EAGLE"),
+        (dict(page_size=16), "--page-size 16"),
+        (dict(dp_attention=True), "--enable-dp-attention"),
+    ):
         with pytest.raises(ValueError, match=f"--pdd-role main does not support .*{flag}"):
             check_main_decode_modes(**{**ok, **change})
 
@@ -99,5 +108,6 @@ def test_the_wan_fault_file_needs_a_prefill_with_the_emulated_link():
     PddServerConfig(role="prefill", wan_hosts=("127.0.0.2",), wan=wan, wan_fault_file="/x")
     for role, link in (("prefill", None), ("relay", wan)):
         with pytest.raises(ValueError, match="--pdd-wan-fault-file is only accepted with"):
-            PddServerConfig(role=role, wan_hosts=("127.0.0.2",) if link else (), wan=link,
-                            wan_fault_file="/x")  # fmt: skip
+            PddServerConfig(
+                role=role, wan_hosts=("127.0.0.2",) if link else (), wan=link, wan_fault_file="/x"
+            )

@@ -106,8 +106,12 @@ def test_a_hook_that_does_not_take_stops_the_process():
 def test_hook_record_document_is_current():
     from pathlib import Path
 
-    result = subprocess.run([sys.executable, "-m", "sglang_pdd.cli", "hooks"],
-                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "sglang_pdd.cli", "hooks"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     doc = (Path(__file__).resolve().parent.parent / "docs" / "hooks.md").read_text()
     assert result.stdout.strip() in doc, "docs/hooks.md is stale: regenerate with sglang-pdd hooks"
 

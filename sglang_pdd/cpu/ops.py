@@ -38,8 +38,9 @@ def _mix32(h, k):
     return (h * 5 + 0xE6546B64) & _MASK32
 
 
-def murmur_hash32_cpu(seed: torch.Tensor, positions: torch.Tensor,
-                      col_indices: torch.Tensor) -> torch.Tensor:  # fmt: skip
+def murmur_hash32_cpu(
+    seed: torch.Tensor, positions: torch.Tensor, col_indices: torch.Tensor
+) -> torch.Tensor:
     """SGLang's seeded-sampling hash: ``[n, m]`` uint32, row ``i`` column ``j`` the MurmurHash3
     of (seed_i low 32 bits, seed_i high 32 bits, positions_i, col_indices_j), as SGLang's
     Triton kernel (``sglang/kernels/ops/sampling/murmur_hash.py``) computes it.

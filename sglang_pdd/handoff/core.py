@@ -153,8 +153,9 @@ class HandoffCore:
 
     def _taken(self) -> list[Action]:
         self.ended = True
-        newest = max((len(h.output_ids) for h in self._held if isinstance(h, RelayChunk)),
-                     default=0)  # fmt: skip
+        newest = max(
+            (len(h.output_ids) for h in self._held if isinstance(h, RelayChunk)), default=0
+        )
         dropped = max(newest - len(self.relay_ids), 0)
         self._held.clear()
         return [FollowMain(list(self.relay_ids), list(self.early_main), dropped)]

@@ -120,8 +120,14 @@ class RelayedHandoff:
         """What to send MD now (and record it as sent), or None to wait."""
         if self._retry_at is None:
             self._retry_at = now + self.retry_s
-        if (self.done or self.refused or self.final_pending or not self.ready
-                or self.chunk_in_flight or now < self._retry_at):  # fmt: skip
+        if (
+            self.done
+            or self.refused
+            or self.final_pending
+            or not self.ready
+            or self.chunk_in_flight
+            or now < self._retry_at
+        ):
             return None
         if self.relay_gone:
             self.mode = self.mode or "one-shot"

@@ -28,8 +28,10 @@ def _key_pair(path: str, flag: str) -> tuple[bytes, bytes]:
     except (OSError, ValueError) as exc:
         raise ValueError(f"{flag} {path}: not a readable ZeroMQ certificate ({exc})") from exc
     if not secret:
-        raise ValueError(f"{flag} {path}: holds no secret key (give the .key_secret file that "
-                         "sglang-pdd control-keys wrote)")  # fmt: skip
+        raise ValueError(
+            f"{flag} {path}: holds no secret key (give the .key_secret file that "
+            "sglang-pdd control-keys wrote)"
+        )
     return public, secret
 
 
@@ -52,8 +54,10 @@ class CurveServer:
         _key_pair(self.secret_file, "--pdd-control-curve-secret")
         folder = Path(self.clients_dir)
         if not folder.is_dir() or not any(folder.glob("*.key")):
-            raise ValueError(f"--pdd-control-curve-clients {self.clients_dir}: needs a folder "
-                             "holding the routers' public keys (NAME.key files)")  # fmt: skip
+            raise ValueError(
+                f"--pdd-control-curve-clients {self.clients_dir}: needs a folder "
+                "holding the routers' public keys (NAME.key files)"
+            )
 
     def secure(self, socket: zmq.Socket) -> ThreadAuthenticator:
         """Make ``socket`` (not yet bound, on a context of its own) a CURVE server that only

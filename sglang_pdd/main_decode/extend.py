@@ -85,8 +85,12 @@ class HandoffAdmission:
         if not token_ids:
             return True
         already = getattr(req, "_pdd_extended", 0)
-        if (not final and already and len(token_ids) == already
-                and list(req.output_ids[1:already]) == token_ids[1:already]):  # fmt: skip
+        if (
+            not final
+            and already
+            and len(token_ids) == already
+            and list(req.output_ids[1:already]) == token_ids[1:already]
+        ):
             # A chunk made again after a control reconnect that MD had already extended:
             # nothing to compute, the router only needs its "extended".
             return ALREADY_EXTENDED
@@ -102,8 +106,9 @@ class HandoffAdmission:
         if not self.budget.take(new_ids):
             self.short_of_kv.append(req.rid)
             if final:
-                return HandoffDeferred(f"no KV room for {new_ids} handed-off ids now "
-                                       f"({self.budget.left} free)")  # fmt: skip
+                return HandoffDeferred(
+                    f"no KV room for {new_ids} handed-off ids now ({self.budget.left} free)"
+                )
             return False
         self.taken += 1
         self.chunks += not final
@@ -131,8 +136,10 @@ def next_handoff_batch(scheduler, state, running_batch):
             logger.warning(
                 "sglang-pdd: %s: handed-off first token %d differs from prefill's %d; "
                 "continuing from the handed-off tokens (what the client saw)",
-                req.rid, token_ids[0], req.output_ids[0],
-            )  # fmt: skip
+                req.rid,
+                token_ids[0],
+                req.output_ids[0],
+            )
         if (reason := advance_grammar(req, token_ids)) is not None:
             state.refuse(req, reason)
             continue
@@ -158,8 +165,9 @@ def next_handoff_batch(scheduler, state, running_batch):
     )
     batch.prepare_for_extend()
     try:
-        count_handed_off_ids(batch.sampling_info.penalizer_orchestrator,
-                             [list(ids) for _, ids, _ in taken])  # fmt: skip
+        count_handed_off_ids(
+            batch.sampling_info.penalizer_orchestrator, [list(ids) for _, ids, _ in taken]
+        )
     except UnknownPenalizerError as exc:
         # Cannot be carried: run the extend anyway (its KV is right) but end the requests.
         from sglang.srt.managers.schedule_batch import FINISH_ABORT

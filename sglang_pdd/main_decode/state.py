@@ -32,6 +32,7 @@ logger = logging.getLogger("sglang_pdd")
 # every TP rank forgets it in the same iteration and all ranks park the same requests.
 ABORT_MEMORY_ITERATIONS = 20_000
 
+
 @dataclass(frozen=True)
 class ControlMessages:
     """Control messages rank 0 read in one iteration: ``(peer identity, message)`` pairs. It
@@ -52,9 +53,14 @@ class HandoffDeferred:
 class MainDecodeState:
     """Lives on the scheduler (``scheduler._pdd_main``); driven once per scheduler iteration."""
 
-    def __init__(self, control_port: int | None, host: str = "0.0.0.0",
-                 vocab_size: int | None = None, ttl_s: float = 600.0,
-                 curve=None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        control_port: int | None,
+        host: str = "0.0.0.0",
+        vocab_size: int | None = None,
+        ttl_s: float = 600.0,
+        curve=None,
+    ) -> None:
         """``control_port`` None: a scheduler rank without the socket (TP ranks other than the
         one that receives requests): it applies the control messages rank 0 reads, which reach
         it through SGLang's request broadcast, and sends nothing. ``ttl_s``: a request with no
@@ -78,8 +84,11 @@ class MainDecodeState:
             # connection takes the identity over from the old one, which may linger.
             self.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
             self.socket.bind(f"tcp://{host}:{control_port}")
-            logger.info("sglang-pdd: Main-Decode control socket on port %d (%s)", control_port,
-                        "CURVE" if curve is not None else "no authentication")  # fmt: skip
+            logger.info(
+                "sglang-pdd: Main-Decode control socket on port %d (%s)",
+                control_port,
+                "CURVE" if curve is not None else "no authentication",
+            )
         self.parked: dict[str, object] = {}  # rid -> Req with its prompt KV in place
         self.parked_at: dict[str, float] = {}
         self.watchers: dict[str, bytes] = {}  # rid -> ZeroMQ identity of the router
@@ -150,8 +159,11 @@ class MainDecodeState:
             if owner is not None and owner != identity:
                 # A peer acts only on requests it watched first: no other peer may redirect
                 # their events, release them or hand them tokens.
-                logger.warning("sglang-pdd: %s for %s from a peer that does not own it refused",
-                               _op(message), rid)  # fmt: skip
+                logger.warning(
+                    "sglang-pdd: %s for %s from a peer that does not own it refused",
+                    _op(message),
+                    rid,
+                )
                 self._refuse(identity, rid, "another peer owns this request")
                 continue
             if isinstance(message, Watch):
@@ -171,8 +183,12 @@ class MainDecodeState:
         self.idle.forget(rid)
         self.handoffs.pop(rid, None)
         if rid in self.parked:
-            logger.warning("sglang-pdd: %s parked %.0f s without a handoff or release: ending it "
-                           "(--pdd-parked-ttl-s)", rid, self.idle.ttl_s)  # fmt: skip
+            logger.warning(
+                "sglang-pdd: %s parked %.0f s without a handoff or release: ending it "
+                "(--pdd-parked-ttl-s)",
+                rid,
+                self.idle.ttl_s,
+            )
             why = "parked past --pdd-parked-ttl-s without a handoff or release"
             self._send(Error(rid=rid, message=why))
             self.releases.add(rid)
@@ -359,9 +375,13 @@ def _align_output_logprobs(logprob, token_ids: list[int]) -> None:
     token MD samples at that token's position. P's first-token entry stays; the router takes
     the handed-off ids' logprobs from the instance that produced them."""
     count = len(token_ids)
-    for name, pad in (("output_token_logprobs_val", None), ("output_top_logprobs_val", []),
-                      ("output_top_logprobs_idx", []), ("output_token_ids_logprobs_val", []),
-                      ("output_token_ids_logprobs_idx", [])):  # fmt: skip
+    for name, pad in (
+        ("output_token_logprobs_val", None),
+        ("output_top_logprobs_val", []),
+        ("output_top_logprobs_idx", []),
+        ("output_token_ids_logprobs_val", []),
+        ("output_token_ids_logprobs_idx", []),
+    ):
         values = getattr(logprob, name, None)
         if values is not None:
             del values[count:]

@@ -188,11 +188,16 @@ class PipelinePolicy:
             )
         if cfg.enable_relay and slow:
             return PipelineDecision(
-                PIPELINE_P_RLD_MD, f"{why} > SLO {cfg.ttft_slo_s}s: RLD streams first",
-                wan_bytes, est, "over_slo",
-            )  # fmt: skip
+                PIPELINE_P_RLD_MD,
+                f"{why} > SLO {cfg.ttft_slo_s}s: RLD streams first",
+                wan_bytes,
+                est,
+                "over_slo",
+            )
         if not cfg.enable_relay:
-            return PipelineDecision(PIPELINE_P_MD, f"relay disabled; {why}", wan_bytes, est,
-                                    "relay_disabled")  # fmt: skip
-        return PipelineDecision(PIPELINE_P_MD, f"{why} <= SLO {cfg.ttft_slo_s}s", wan_bytes, est,
-                                "within_slo")  # fmt: skip
+            return PipelineDecision(
+                PIPELINE_P_MD, f"relay disabled; {why}", wan_bytes, est, "relay_disabled"
+            )
+        return PipelineDecision(
+            PIPELINE_P_MD, f"{why} <= SLO {cfg.ttft_slo_s}s", wan_bytes, est, "within_slo"
+        )

@@ -84,8 +84,11 @@ async def generate(request: web.Request) -> web.StreamResponse:
 
 
 def _generate_answer(run: ClientRun) -> dict:
-    return {"text": run.text.full(), "output_ids": run.text.ids,
-            "meta_info": run.meta(run.finished.finish_reason)}  # fmt: skip
+    return {
+        "text": run.text.full(),
+        "output_ids": run.text.ids,
+        "meta_info": run.meta(run.finished.finish_reason),
+    }
 
 
 def _generate_chunk(run: ClientRun, event, incremental: bool) -> dict:
@@ -99,13 +102,16 @@ def _generate_chunk(run: ClientRun, event, incremental: bool) -> dict:
     if incremental:  # like SGLang's --incremental-streaming-output: only what is new
         chunk = {"text": delta, "output_ids": list(new_ids)}
     else:
-        chunk = {"text": run.text.sent if reason is None else run.text.full(),
-                 "output_ids": list(run.text.ids)}  # fmt: skip
+        chunk = {
+            "text": run.text.sent if reason is None else run.text.full(),
+            "output_ids": list(run.text.ids),
+        }
     return {**chunk, "meta_info": run.meta(reason, since=before if incremental else 0)}
 
 
-async def _generate_many(request, state: RouterState, runs: list[ClientRun],
-                         stream: bool) -> web.StreamResponse:  # fmt: skip
+async def _generate_many(
+    request, state: RouterState, runs: list[ClientRun], stream: bool
+) -> web.StreamResponse:
     """A batch or n > 1: SGLang's list of answers, or its chunks tagged with ``index``."""
     merged = merged_events(runs)
     if not stream:
@@ -122,8 +128,7 @@ async def _generate_many(request, state: RouterState, runs: list[ClientRun],
     incremental = state.config.incremental_streaming_output
     try:
         async for index, event in merged:
-            await sse(resp, {**_generate_chunk(runs[index], event, incremental),
-                              "index": index})  # fmt: skip
+            await sse(resp, {**_generate_chunk(runs[index], event, incremental), "index": index})
         await sse(resp, "[DONE]")
     except DISCONNECTED:
         await abandon(state, merged)
@@ -148,8 +153,12 @@ async def chat_completions(request):
 async def models(request):
     state = request.app[STATE]
     name = state.server_info.get("served_model_name") or state.model_info.get("model_path")
-    return web.json_response({"object": "list", "data": [
-        {"id": name, "object": "model", "owned_by": "sglang-pdd", "root": name}]})  # fmt: skip
+    return web.json_response(
+        {
+            "object": "list",
+            "data": [{"id": name, "object": "model", "owned_by": "sglang-pdd", "root": name}],
+        }
+    )
 
 
 async def health(request):
@@ -172,8 +181,9 @@ async def health(request):
 
 async def health_generate(request):
     state = request.app[STATE]
-    run = ClientRun(state, state.tokenizer.encode("health"), {"max_new_tokens": 2,
-                                                          "temperature": 0.0}, {})  # fmt: skip
+    run = ClientRun(
+        state, state.tokenizer.encode("health"), {"max_new_tokens": 2, "temperature": 0.0}, {}
+    )
     async for _ in run.events():
         pass
     return web.Response(text="")
@@ -186,18 +196,26 @@ async def model_info(request):
 async def server_info(request):
     state = request.app[STATE]
     cfg = state.config
-    return web.json_response({**state.server_info, "pdd_router": {
-        "prefill": list(cfg.prefill), "relay": list(cfg.relay),
-        "main": [m.url for m in cfg.main], "handoff_mode": cfg.handoff.mode,
-        # Sub-requests still running after their client was answered (e.g. Main-Decode
-        # caching the KV of a request that finished on Relay-Decode).
-        "background_requests": len(state.background),
-        "relay_loads": dict(state.relay_loads),
-        "out_of_rotation": sorted(state.health.out_of_rotation()),
-        "draining": sorted(state.health.draining),
-        "stopping": sorted(state.health.stopping),
-        "prefill_estimate_s": state.prefill_estimate_s,
-        "mains": {url: site.describe() for url, site in state.mains.items()}}})  # fmt: skip
+    return web.json_response(
+        {
+            **state.server_info,
+            "pdd_router": {
+                "prefill": list(cfg.prefill),
+                "relay": list(cfg.relay),
+                "main": [m.url for m in cfg.main],
+                "handoff_mode": cfg.handoff.mode,
+                # Sub-requests still running after their client was answered (e.g. Main-Decode
+                # caching the KV of a request that finished on Relay-Decode).
+                "background_requests": len(state.background),
+                "relay_loads": dict(state.relay_loads),
+                "out_of_rotation": sorted(state.health.out_of_rotation()),
+                "draining": sorted(state.health.draining),
+                "stopping": sorted(state.health.stopping),
+                "prefill_estimate_s": state.prefill_estimate_s,
+                "mains": {url: site.describe() for url, site in state.mains.items()},
+            },
+        }
+    )
 
 
 async def live_requests(request):
@@ -222,8 +240,10 @@ async def upstream_errors(request, handler):
 
 
 def build_app(state: RouterState) -> web.Application:
-    app = web.Application(middlewares=[api_key_middleware(state.config.api_key), upstream_errors],
-                          client_max_size=64 * 1024 * 1024)  # fmt: skip
+    app = web.Application(
+        middlewares=[api_key_middleware(state.config.api_key), upstream_errors],
+        client_max_size=64 * 1024 * 1024,
+    )
     app[STATE] = state
     app.router.add_post("/generate", generate)
     app.router.add_post("/v1/completions", completions)

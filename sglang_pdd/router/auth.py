@@ -25,8 +25,9 @@ def api_key_middleware(api_key: str | None):
 
     @web.middleware
     async def check(request: web.Request, handler):
-        if not authorized(request.path, request.method, request.headers.get("Authorization"),
-                          api_key):  # fmt: skip
+        if not authorized(
+            request.path, request.method, request.headers.get("Authorization"), api_key
+        ):
             return web.json_response({"error": "Unauthorized"}, status=401)
         return await handler(request)
 

@@ -10,20 +10,29 @@ from sglang_pdd.router.config import MAIN_TRANSFER_STARTS, MainEndpoint, RouterC
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sglang-pdd router",
-                                description="PDD router: one SGLang-compatible endpoint in front "
-                                "of Prefill, Relay-Decode and Main-Decode servers.")  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="sglang-pdd router",
+        description="PDD router: one SGLang-compatible endpoint in front "
+        "of Prefill, Relay-Decode and Main-Decode servers.",
+    )
     p.add_argument("--prefill", action="append", default=[], help="prefill server URL (repeat)")
     p.add_argument("--relay", action="append", default=[], help="Relay-Decode URL (repeat)")
     p.add_argument("--main", action="append", default=[], help="Main-Decode URL (repeat)")
-    p.add_argument("--main-control", action="append", default=[],
-                   help="tcp://HOST:PORT of each Main-Decode's --pdd-control-port, in --main "
-                   "order")  # fmt: skip
-    p.add_argument("--main-kv-events", action="append", default=[],
-                   help="tcp://HOST:PORT of each Main-Decode's KV event publisher (its "
-                   "--kv-events-config endpoint), in --main order: the router's view of MD's "
-                   "cache then follows MD's radix tree; without it, the view holds what MD "
-                   "confirmed it received")  # fmt: skip
+    p.add_argument(
+        "--main-control",
+        action="append",
+        default=[],
+        help="tcp://HOST:PORT of each Main-Decode's --pdd-control-port, in --main order",
+    )
+    p.add_argument(
+        "--main-kv-events",
+        action="append",
+        default=[],
+        help="tcp://HOST:PORT of each Main-Decode's KV event publisher (its "
+        "--kv-events-config endpoint), in --main order: the router's view of MD's "
+        "cache then follows MD's radix tree; without it, the view holds what MD "
+        "confirmed it received",
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--handoff-mode", default="one-shot", choices=HANDOFF_MODES)
@@ -199,31 +208,48 @@ def _name_the_flag(message: str) -> str:
 
 def config_from_args(args: argparse.Namespace) -> RouterConfig:
     if len(args.main_control) != len(args.main):
-        raise ValueError(f"--main-control must be given once per --main ({len(args.main)}), "
-                         f"got {len(args.main_control)}")  # fmt: skip
+        raise ValueError(
+            f"--main-control must be given once per --main ({len(args.main)}), "
+            f"got {len(args.main_control)}"
+        )
     try:
         pipeline = PipelinePolicyConfig(
-            ttft_slo_s=args.ttft_slo_s, enable_relay=not args.no_relay,
-            enable_anomaly_filter=not args.no_anomaly_filter, max_relay_load=args.max_relay_load,
+            ttft_slo_s=args.ttft_slo_s,
+            enable_relay=not args.no_relay,
+            enable_anomaly_filter=not args.no_anomaly_filter,
+            max_relay_load=args.max_relay_load,
             anomaly_min_input_tokens=args.anomaly_min_input_tokens,
-            anomaly_max_output_tokens=args.anomaly_max_output_tokens)  # fmt: skip
+            anomaly_max_output_tokens=args.anomaly_max_output_tokens,
+        )
         handoff = HandoffPolicyConfig(
-            mode=args.handoff_mode, catchup_threshold_tokens=args.catchup_threshold,
+            mode=args.handoff_mode,
+            catchup_threshold_tokens=args.catchup_threshold,
             catchup_chunk_tokens=args.catchup_chunk,
-            auto_relay_busy_fraction=args.auto_relay_busy_fraction)  # fmt: skip
+            auto_relay_busy_fraction=args.auto_relay_busy_fraction,
+        )
     except ValueError as exc:
         raise ValueError(_name_the_flag(str(exc))) from exc
     if args.main_kv_events and len(args.main_kv_events) != len(args.main):
-        raise ValueError(f"--main-kv-events must be given once per --main ({len(args.main)}) or "
-                         f"not at all, got {len(args.main_kv_events)}")  # fmt: skip
+        raise ValueError(
+            f"--main-kv-events must be given once per --main ({len(args.main)}) or "
+            f"not at all, got {len(args.main_kv_events)}"
+        )
     events = args.main_kv_events or [None] * len(args.main)
     return RouterConfig(
-        prefill=tuple(args.prefill), relay=tuple(args.relay),
-        main=tuple(MainEndpoint(u, c, e)
-                   for u, c, e in zip(args.main, args.main_control, events, strict=True)),
-        host=args.host, port=args.port, pipeline=pipeline, handoff=handoff,
-        wan_bandwidth_mbps=args.wan_bandwidth_mbps, wan_rtt_ms=args.wan_rtt_ms,
-        tokenizer_path=args.tokenizer_path, upstream_keepalive_s=args.upstream_keepalive_s,
+        prefill=tuple(args.prefill),
+        relay=tuple(args.relay),
+        main=tuple(
+            MainEndpoint(u, c, e)
+            for u, c, e in zip(args.main, args.main_control, events, strict=True)
+        ),
+        host=args.host,
+        port=args.port,
+        pipeline=pipeline,
+        handoff=handoff,
+        wan_bandwidth_mbps=args.wan_bandwidth_mbps,
+        wan_rtt_ms=args.wan_rtt_ms,
+        tokenizer_path=args.tokenizer_path,
+        upstream_keepalive_s=args.upstream_keepalive_s,
         upstream_connect_timeout_s=args.upstream_connect_timeout_s,
         upstream_idle_timeout_s=args.upstream_idle_timeout_s,
         handoff_retry_s=args.handoff_retry_s,
@@ -237,7 +263,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         main_transfer_start=args.main_transfer_start,
         incremental_streaming_output=args.incremental_streaming_output,
         seeded_sampling=args.seeded_sampling,
-    )  # fmt: skip
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -257,7 +283,11 @@ def main(argv: list[str]) -> int:
     # handler_cancellation: a client that leaves a non-streamed request cancels its handler,
     # whose clean-up then aborts the request on every instance (as a closed stream does).
     log = logging.getLogger("sglang_pdd.router")
-    web.run_app(build_app(RouterState(config)), host=config.host, port=config.port,
-                handler_cancellation=True, print=lambda *_: log.info(
-                    "sglang-pdd router on http://%s:%d", config.host, config.port))  # fmt: skip
+    web.run_app(
+        build_app(RouterState(config)),
+        host=config.host,
+        port=config.port,
+        handler_cancellation=True,
+        print=lambda *_: log.info("sglang-pdd router on http://%s:%d", config.host, config.port),
+    )
     return 0

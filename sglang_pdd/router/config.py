@@ -90,11 +90,13 @@ class RouterConfig:
         for endpoint in self.main:
             _check_url(endpoint.url, "--main")
             if not endpoint.control.startswith("tcp://"):
-                raise ValueError(f"--main-control must look like tcp://HOST:PORT, got "
-                                 f"{endpoint.control!r}")  # fmt: skip
+                raise ValueError(
+                    f"--main-control must look like tcp://HOST:PORT, got {endpoint.control!r}"
+                )
             if endpoint.kv_events is not None and not endpoint.kv_events.startswith("tcp://"):
-                raise ValueError(f"--main-kv-events must look like tcp://HOST:PORT, got "
-                                 f"{endpoint.kv_events!r}")  # fmt: skip
+                raise ValueError(
+                    f"--main-kv-events must look like tcp://HOST:PORT, got {endpoint.kv_events!r}"
+                )
         if self.pipeline.enable_relay and not self.relay:
             raise ValueError("--relay is required unless --no-relay is given")
         if not 0 < self.port < 65536:
@@ -102,8 +104,10 @@ class RouterConfig:
         if self.wan_bandwidth_mbps <= 0 or self.wan_rtt_ms < 0:
             raise ValueError("--wan-bandwidth-mbps must be > 0 and --wan-rtt-ms >= 0")
         if self.upstream_keepalive_s < 0:
-            raise ValueError(f"--upstream-keepalive-s must be >= 0 (0: no reuse), got "
-                             f"{self.upstream_keepalive_s}")  # fmt: skip
+            raise ValueError(
+                f"--upstream-keepalive-s must be >= 0 (0: no reuse), got "
+                f"{self.upstream_keepalive_s}"
+            )
         for flag, value in (
             ("--upstream-connect-timeout-s", self.upstream_connect_timeout_s),
             ("--upstream-idle-timeout-s", self.upstream_idle_timeout_s),
@@ -113,25 +117,34 @@ class RouterConfig:
             if not value > 0:
                 raise ValueError(f"{flag} must be > 0 seconds, got {value}")
         if self.main_transfer_start not in MAIN_TRANSFER_STARTS:
-            raise ValueError(f"--main-transfer-start must be one of "
-                             f"{', '.join(MAIN_TRANSFER_STARTS)}, got "
-                             f"{self.main_transfer_start!r}")  # fmt: skip
-        for flag, value in (("--api-key", self.api_key),
-                            ("--instance-api-key", self.instance_api_key)):  # fmt: skip
+            raise ValueError(
+                f"--main-transfer-start must be one of "
+                f"{', '.join(MAIN_TRANSFER_STARTS)}, got "
+                f"{self.main_transfer_start!r}"
+            )
+        for flag, value in (
+            ("--api-key", self.api_key),
+            ("--instance-api-key", self.instance_api_key),
+        ):
             if value is not None and (not value or any(c.isspace() for c in value)):
                 raise ValueError(f"{flag} must be a non-empty key without spaces")
         if self.instance_check_interval_s < 0:
-            raise ValueError(f"--instance-check-interval-s must be >= 0 (0: off), got "
-                             f"{self.instance_check_interval_s}")  # fmt: skip
+            raise ValueError(
+                f"--instance-check-interval-s must be >= 0 (0: off), got "
+                f"{self.instance_check_interval_s}"
+            )
         if self.migration_limit < 0:
-            raise ValueError(f"--migration-limit must be >= 0 (0: never), got "
-                             f"{self.migration_limit}")  # fmt: skip
+            raise ValueError(
+                f"--migration-limit must be >= 0 (0: never), got {self.migration_limit}"
+            )
         if self.cache_block_tokens < 1:
             raise ValueError("--cache-block-tokens must be >= 1")
         curve = (self.control_curve_secret, self.control_curve_server)
         if any(curve) and not all(curve):
-            raise ValueError("--control-curve-secret and --control-curve-server go together: "
-                             "the router's key pair and Main-Decode's public key")  # fmt: skip
+            raise ValueError(
+                "--control-curve-secret and --control-curve-server go together: "
+                "the router's key pair and Main-Decode's public key"
+            )
         self.control_curve()  # unreadable keys are refused at start, naming the flag
 
     def control_curve(self):

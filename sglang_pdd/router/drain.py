@@ -20,8 +20,9 @@ from sglang_pdd.router.upstream import UpstreamError
 
 def draining_error(url: str, cause: str = "POST /pdd/drain") -> UpstreamError:
     """What a request's stream from a draining instance ends with (it then migrates)."""
-    return UpstreamError(503, {"error": {"message": f"{url} is draining ({cause})",
-                                         "code": 503}}, url)  # fmt: skip
+    return UpstreamError(
+        503, {"error": {"message": f"{url} is draining ({cause})", "code": 503}}, url
+    )
 
 
 def _instance(request_body: dict, state) -> str:
@@ -29,8 +30,9 @@ def _instance(request_body: dict, state) -> str:
     known = {*state.config.prefill, *state.config.relay, *state.mains}
     if not isinstance(url, str) or url not in known:
         message = f'give {{"url": URL}} with one of the router\'s instances: {sorted(known)}'
-        raise web.HTTPBadRequest(text=json.dumps({"error": message}),
-                                 content_type="application/json")  # fmt: skip
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": message}), content_type="application/json"
+        )
     return url
 
 

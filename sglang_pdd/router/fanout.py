@@ -42,8 +42,11 @@ def expand_generate(body: dict, tokenizer, extra: dict) -> tuple[list[SubRequest
     text, input_ids = body.get("text"), body.get("input_ids")
     batched = isinstance(text, list) or bool(input_ids) and isinstance(input_ids[0], list)
     if batched:
-        prompts = ([tokenizer.encode(t) for t in text] if text is not None
-                   else [list(ids) for ids in input_ids])  # fmt: skip
+        prompts = (
+            [tokenizer.encode(t) for t in text]
+            if text is not None
+            else [list(ids) for ids in input_ids]
+        )
     else:
         prompts = [tokenizer.encode(text) if text is not None else list(input_ids)]
     if not prompts:
@@ -62,8 +65,9 @@ def expand_generate(body: dict, tokenizer, extra: dict) -> tuple[list[SubRequest
         one = {k: v for k, v in params.items() if k != "n"}
         for j in range(n):
             sub_rid = base if n == 1 else (f"{base}-{j}" if base else None)
-            subs.append(SubRequest(ids, dict(one), {**extra, **({"rid": sub_rid} if sub_rid
-                                                                 else {})}))  # fmt: skip
+            subs.append(
+                SubRequest(ids, dict(one), {**extra, **({"rid": sub_rid} if sub_rid else {})})
+            )
     given = [s.extra["rid"] for s in subs if "rid" in s.extra]
     if len(set(given)) < len(given):
         raise _bad("rid repeats within the batch")

@@ -59,8 +59,9 @@ class InstanceHealth:
                     self.mark_up(url)
             await asyncio.sleep(interval_s)
 
-    async def watch_ready(self, session: aiohttp.ClientSession, instances: list[str],
-                          interval_s: float, on_stopping) -> None:  # fmt: skip
+    async def watch_ready(
+        self, session: aiohttp.ClientSession, instances: list[str], interval_s: float, on_stopping
+    ) -> None:
         """Forever: ask each instance for ``/ready``; an instance answering 503 is stopping
         (``on_stopping(url)`` drains it), and comes back once it answers 200."""
         while True:
@@ -69,8 +70,11 @@ class InstanceHealth:
                     continue
                 status = await _answers(session, f"{url}/ready")
                 if status == 503 and url not in self.stopping:
-                    logger.warning("sglang-pdd router: %s is stopping (/ready answers 503): "
-                                   "moving its requests elsewhere", url)  # fmt: skip
+                    logger.warning(
+                        "sglang-pdd router: %s is stopping (/ready answers 503): "
+                        "moving its requests elsewhere",
+                        url,
+                    )
                     self.stopping.add(url)
                     on_stopping(url)
                 elif status == 200 and url in self.stopping:

@@ -55,21 +55,28 @@ class KvEventSubscriber:
         while True:
             frames = await self._socket.recv_multipart()
             if len(frames) != 3:
-                logger.warning("sglang-pdd router: KV event from %s has %d frames, expected 3",
-                               self.endpoint, len(frames))  # fmt: skip
+                logger.warning(
+                    "sglang-pdd router: KV event from %s has %d frames, expected 3",
+                    self.endpoint,
+                    len(frames),
+                )
                 continue
             _topic, seq_bytes, payload = frames
             seq = int.from_bytes(seq_bytes, "big", signed=True)
             if self._last_seq is not None and seq > self._last_seq + 1:
                 self.gaps += seq - self._last_seq - 1
-                logger.warning("sglang-pdd router: %d KV event batches from %s were lost",
-                               seq - self._last_seq - 1, self.endpoint)  # fmt: skip
+                logger.warning(
+                    "sglang-pdd router: %d KV event batches from %s were lost",
+                    seq - self._last_seq - 1,
+                    self.endpoint,
+                )
             self._last_seq = seq
             try:
                 events = decode_batch(payload)
             except ValueError as exc:
-                logger.warning("sglang-pdd router: bad KV event batch from %s: %s",
-                               self.endpoint, exc)  # fmt: skip
+                logger.warning(
+                    "sglang-pdd router: bad KV event batch from %s: %s", self.endpoint, exc
+                )
                 continue
             for event in events:
                 self.view.apply(event)

@@ -32,8 +32,13 @@ SEND_TIMEOUT_MS = 5000  # default: a connection silent this long is dropped; a s
 class MainControlClient:
     """A ZeroMQ DEALER to one Main-Decode; routes its events to per-request queues."""
 
-    def __init__(self, endpoint: str, instance: str | None = None,
-                 send_timeout_ms: int = SEND_TIMEOUT_MS, curve=None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        endpoint: str,
+        instance: str | None = None,
+        send_timeout_ms: int = SEND_TIMEOUT_MS,
+        curve=None,
+    ) -> None:
         """``curve``: a ``control_auth.CurveClient`` for a Main-Decode with CURVE keys."""
         self.endpoint = endpoint
         self.send_timeout_ms = send_timeout_ms
@@ -77,8 +82,12 @@ class MainControlClient:
             if self._connections == 1:
                 continue
             rids = list(self._queues)
-            logger.warning("sglang-pdd router: control connection to %s re-established; "
-                           "watching %d requests again", self.endpoint, len(rids))  # fmt: skip
+            logger.warning(
+                "sglang-pdd router: control connection to %s re-established; "
+                "watching %d requests again",
+                self.endpoint,
+                len(rids),
+            )
             for rid in rids:
                 await self._send(codec.encode(Watch(rid=rid)))
 
@@ -90,8 +99,9 @@ class MainControlClient:
                 f"Main-Decode's control socket {self.endpoint} took nothing for "
                 f"{self.send_timeout_ms / 1000:g} s"
             )
-            raise UpstreamError(502, {"error": {"message": why, "code": 502}},
-                                self.instance) from exc  # fmt: skip
+            raise UpstreamError(
+                502, {"error": {"message": why, "code": 502}}, self.instance
+            ) from exc
 
     async def _read_events(self) -> None:
         while True:
@@ -99,8 +109,12 @@ class MainControlClient:
             try:
                 event = codec.decode_event(payload)
             except ValueError as exc:
-                logger.warning("sglang-pdd router: bad event from %s (%s): %r", self.endpoint,
-                               exc, payload[:200])  # fmt: skip
+                logger.warning(
+                    "sglang-pdd router: bad event from %s (%s): %r",
+                    self.endpoint,
+                    exc,
+                    payload[:200],
+                )
                 continue
             queue = self._queues.get(event.rid)
             for listener in self.listeners:
@@ -128,8 +142,11 @@ class MainControlClient:
         # An async socket answers a NOBLOCK send with a future that is already done.
         sent = self._socket.send(codec.encode(Release(rid=rid)), flags=zmq.NOBLOCK)
         if sent.done() and isinstance(sent.exception(), zmq.Again):
-            logger.warning("sglang-pdd router: release of %s not sent: no live control "
-                           "connection to %s", rid, self.endpoint)  # fmt: skip
+            logger.warning(
+                "sglang-pdd router: release of %s not sent: no live control connection to %s",
+                rid,
+                self.endpoint,
+            )
             return False
         return True
 

@@ -47,12 +47,19 @@ class LandedPrefixMirror:
 class MainSite:
     """One Main-Decode as the router sees it."""
 
-    def __init__(self, endpoint: MainEndpoint, link: LinkModelConfig, block_tokens: int,
-                 capacity_blocks: int, control_timeout_s: float = 5.0,
-                 curve=None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        endpoint: MainEndpoint,
+        link: LinkModelConfig,
+        block_tokens: int,
+        capacity_blocks: int,
+        control_timeout_s: float = 5.0,
+        curve=None,
+    ) -> None:
         self.endpoint = endpoint
-        self.control = MainControlClient(endpoint.control, endpoint.url,
-                                         int(control_timeout_s * 1000), curve=curve)  # fmt: skip
+        self.control = MainControlClient(
+            endpoint.control, endpoint.url, int(control_timeout_s * 1000), curve=curve
+        )
         self.transfers = MainTransfers(LiveLinkModel(link), block_tokens)
         self.subscriber: KvEventSubscriber | None = None
         if endpoint.kv_events:

@@ -26,31 +26,41 @@ class _SiteCollector:
         self._mains = mains
 
     def collect(self):
-        queued = GaugeMetricFamily("sglang_pdd:link_queued_bytes",
-                                   "KV bytes dispatched to Main-Decode not landed yet",
-                                   labels=["main"])  # fmt: skip
+        queued = GaugeMetricFamily(
+            "sglang_pdd:link_queued_bytes",
+            "KV bytes dispatched to Main-Decode not landed yet",
+            labels=["main"],
+        )
         inflight = GaugeMetricFamily(
             "sglang_pdd:link_transfers_in_flight",
             "transfers on the link to Main-Decode",
             labels=["main"],
         )
-        throughput = GaugeMetricFamily("sglang_pdd:link_throughput_bytes_per_second",
-                                       "throughput the live link model has observed",
-                                       labels=["main"])  # fmt: skip
-        error = GaugeMetricFamily("sglang_pdd:link_estimate_error_seconds",
-                                  "last landed transfer: measured minus predicted duration",
-                                  labels=["main"])  # fmt: skip
+        throughput = GaugeMetricFamily(
+            "sglang_pdd:link_throughput_bytes_per_second",
+            "throughput the live link model has observed",
+            labels=["main"],
+        )
+        error = GaugeMetricFamily(
+            "sglang_pdd:link_estimate_error_seconds",
+            "last landed transfer: measured minus predicted duration",
+            labels=["main"],
+        )
         warms = GaugeMetricFamily(
             "sglang_pdd:deferred_warm_transfers",
             "cache-warming transfers waiting for the link",
             labels=["main"],
         )
-        dup = CounterMetricFamily("sglang_pdd:duplicate_transfers",
-                                  "transfers that carried blocks another transfer was carrying "
-                                  "(must stay 0)", labels=["main"])  # fmt: skip
-        waits = CounterMetricFamily("sglang_pdd:transfer_waits",
-                                    "requests that waited for their prefix already on the link",
-                                    labels=["main"])  # fmt: skip
+        dup = CounterMetricFamily(
+            "sglang_pdd:duplicate_transfers",
+            "transfers that carried blocks another transfer was carrying (must stay 0)",
+            labels=["main"],
+        )
+        waits = CounterMetricFamily(
+            "sglang_pdd:transfer_waits",
+            "requests that waited for their prefix already on the link",
+            labels=["main"],
+        )
         for url, site in self._mains.items():
             t, link = site.transfers, site.transfers.link
             queued.add_metric([url], link.queued_bytes)
@@ -70,22 +80,42 @@ class RouterMetrics:
         disable_created_metrics()  # SGLang's exporters leave out the *_created series too
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("sglang_pdd:requests", "requests by pipeline and policy rule",
-                                ["pipeline", "rule"], registry=r)  # fmt: skip
-        self.output_tokens = Counter("sglang_pdd:output_tokens",
-                                     "output tokens streamed, by the instance that made them",
-                                     ["instance"], registry=r)  # fmt: skip
-        self.ttft = Histogram("sglang_pdd:time_to_first_token_seconds", "TTFT at the router",
-                              buckets=_LATENCY_BUCKETS, registry=r)  # fmt: skip
-        self.itl = Histogram("sglang_pdd:inter_token_latency_seconds",
-                             "gap between streamed outputs at the router", buckets=_GAP_BUCKETS,
-                             registry=r)  # fmt: skip
-        self.handoff_stall = Histogram("sglang_pdd:handoff_stall_seconds",
-                                       "Relay-Decode's last token to Main-Decode's first",
-                                       buckets=_LATENCY_BUCKETS, registry=r)  # fmt: skip
-        self.main_ready = Histogram("sglang_pdd:main_ready_seconds",
-                                    "request arrival to Main-Decode reporting its KV in place",
-                                    buckets=_LATENCY_BUCKETS, registry=r)  # fmt: skip
+        self.requests = Counter(
+            "sglang_pdd:requests",
+            "requests by pipeline and policy rule",
+            ["pipeline", "rule"],
+            registry=r,
+        )
+        self.output_tokens = Counter(
+            "sglang_pdd:output_tokens",
+            "output tokens streamed, by the instance that made them",
+            ["instance"],
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "sglang_pdd:time_to_first_token_seconds",
+            "TTFT at the router",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "sglang_pdd:inter_token_latency_seconds",
+            "gap between streamed outputs at the router",
+            buckets=_GAP_BUCKETS,
+            registry=r,
+        )
+        self.handoff_stall = Histogram(
+            "sglang_pdd:handoff_stall_seconds",
+            "Relay-Decode's last token to Main-Decode's first",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.main_ready = Histogram(
+            "sglang_pdd:main_ready_seconds",
+            "request arrival to Main-Decode reporting its KV in place",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.wan_bytes = Counter(
             "sglang_pdd:wan_bytes", "KV bytes Main-Decode received", registry=r
         )

@@ -14,12 +14,21 @@ from __future__ import annotations
 from sglang_pdd.router.upstream import UpstreamError
 
 # Sampling fields whose state lives on the instance that generated the output so far.
-_STATEFUL = ("frequency_penalty", "presence_penalty", "json_schema", "regex", "ebnf",
-             "structural_tag", "stop", "stop_regex")  # fmt: skip
+_STATEFUL = (
+    "frequency_penalty",
+    "presence_penalty",
+    "json_schema",
+    "regex",
+    "ebnf",
+    "structural_tag",
+    "stop",
+    "stop_regex",
+)
 
 
-def migration_refused(exc: UpstreamError, body: dict, emitted: list[int], done: int,
-                      limit: int) -> str | None:  # fmt: skip
+def migration_refused(
+    exc: UpstreamError, body: dict, emitted: list[int], done: int, limit: int
+) -> str | None:
     """Why the request may not continue elsewhere after ``exc`` (None: it may).
 
     ``emitted``: the ids the client has; ``done``: migrations already made; ``limit``: the most

@@ -44,8 +44,9 @@ async def serve_openai(request: web.Request, state: RouterState, kind: str):
     else:
         ids = oai.completion_prompt(body, state.tokenizer)
         sampling = oai.sampling_params(body, default_max_tokens=16)
-    if unsupported := unsupported_sampling(sampling, prefix="",
-                                           seeded=state.config.seeded_sampling):  # fmt: skip
+    if unsupported := unsupported_sampling(
+        sampling, prefix="", seeded=state.config.seeded_sampling
+    ):
         names = {"sampling_seed": "seed"}  # back to the OpenAI names the client sent
         raise oai.bad_request(unsupported_message([names.get(n, n) for n in unsupported]))
     n = sample_count(body, "n")
@@ -68,12 +69,22 @@ async def serve_openai(request: web.Request, state: RouterState, kind: str):
         except DISCONNECTED:
             await abandon(state, merged)
             raise
-        choices = [oai.choice(kind, j, run.text.full(), run.finished.finish_reason,
-                              logprobs_since(run, 0)) for j, run in enumerate(runs)]  # fmt: skip
+        choices = [
+            oai.choice(kind, j, run.text.full(), run.finished.finish_reason, logprobs_since(run, 0))
+            for j, run in enumerate(runs)
+        ]
         records = [run.finished.record.as_dict() for run in runs]
-        return web.json_response(oai.response(
-            kind, oid, model, choices, len(ids), sum(len(run.text.ids) for run in runs),
-            records[0] if n == 1 else records))  # fmt: skip
+        return web.json_response(
+            oai.response(
+                kind,
+                oid,
+                model,
+                choices,
+                len(ids),
+                sum(len(run.text.ids) for run in runs),
+                records[0] if n == 1 else records,
+            )
+        )
     first = await anext(merged)  # errors before the first token still get an HTTP status
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
@@ -86,9 +97,18 @@ async def serve_openai(request: web.Request, state: RouterState, kind: str):
             if isinstance(event, TokenDelta):
                 delta = run.text.add(event.token_ids)
                 if delta:
-                    await sse(resp, oai.chunk(kind, oid, model, delta, first=not sent_any[index],
-                                              logprobs=logprobs_since(run, logprobs_sent[index]),
-                                              index=index))  # fmt: skip
+                    await sse(
+                        resp,
+                        oai.chunk(
+                            kind,
+                            oid,
+                            model,
+                            delta,
+                            first=not sent_any[index],
+                            logprobs=logprobs_since(run, logprobs_sent[index]),
+                            index=index,
+                        ),
+                    )
                     sent_any[index], logprobs_sent[index] = True, len(run.token_logprobs)
                 continue
             finished += 1
@@ -97,9 +117,20 @@ async def serve_openai(request: web.Request, state: RouterState, kind: str):
                 use = oai.usage(len(ids), sum(len(r.text.ids) for r in runs))
             more = len(run.token_logprobs) > logprobs_sent[index]
             lp = logprobs_since(run, logprobs_sent[index]) if more else None
-            await sse(resp, oai.chunk(kind, oid, model, run.tail, event.finish_reason,
-                                      first=not sent_any[index], usage_=use, logprobs=lp,
-                                      index=index))  # fmt: skip
+            await sse(
+                resp,
+                oai.chunk(
+                    kind,
+                    oid,
+                    model,
+                    run.tail,
+                    event.finish_reason,
+                    first=not sent_any[index],
+                    usage_=use,
+                    logprobs=lp,
+                    index=index,
+                ),
+            )
         await sse(resp, "[DONE]")
     except DISCONNECTED:
         await abandon(state, merged)

@@ -7,19 +7,31 @@ import time
 from sglang_pdd.router.upstream import UpstreamError
 
 # OpenAI parameter -> SGLang sampling parameter.
-_SAMPLING = {"temperature": "temperature", "top_p": "top_p", "stop": "stop",
-             "seed": "sampling_seed", "frequency_penalty": "frequency_penalty",
-             "presence_penalty": "presence_penalty",
-             "max_tokens": "max_new_tokens", "max_completion_tokens": "max_new_tokens",
-             "top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty",
-             "ignore_eos": "ignore_eos", "min_tokens": "min_new_tokens",
-             "stop_token_ids": "stop_token_ids", "skip_special_tokens": "skip_special_tokens",
-             "no_stop_trim": "no_stop_trim", "logit_bias": "logit_bias"}  # fmt: skip
+_SAMPLING = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "stop": "stop",
+    "seed": "sampling_seed",
+    "frequency_penalty": "frequency_penalty",
+    "presence_penalty": "presence_penalty",
+    "max_tokens": "max_new_tokens",
+    "max_completion_tokens": "max_new_tokens",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "repetition_penalty": "repetition_penalty",
+    "ignore_eos": "ignore_eos",
+    "min_tokens": "min_new_tokens",
+    "stop_token_ids": "stop_token_ids",
+    "skip_special_tokens": "skip_special_tokens",
+    "no_stop_trim": "no_stop_trim",
+    "logit_bias": "logit_bias",
+}
 
 
 def bad_request(message: str) -> UpstreamError:
-    return UpstreamError(400, {"object": "error", "message": message, "type": "BadRequestError",
-                               "code": 400})  # fmt: skip
+    return UpstreamError(
+        400, {"object": "error", "message": message, "type": "BadRequestError", "code": 400}
+    )
 
 
 def sampling_params(body: dict, default_max_tokens: int | None) -> dict:
@@ -35,8 +47,10 @@ def completion_prompt(body: dict, tokenizer) -> list[int]:
         return tokenizer.encode(prompt)
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
         return list(prompt)
-    raise bad_request("'prompt' must be a string or a list of token ids (batches are not "
-                      "supported by the sglang-pdd router)")  # fmt: skip
+    raise bad_request(
+        "'prompt' must be a string or a list of token ids (batches are not "
+        "supported by the sglang-pdd router)"
+    )
 
 
 def chat_prompt(body: dict, tokenizer) -> list[int]:
@@ -53,50 +67,98 @@ def chat_prompt(body: dict, tokenizer) -> list[int]:
 def finish_reason(reason: dict | None) -> str | None:
     if not reason:
         return None
-    return "length" if reason.get("type") == "length" else (
-        "abort" if reason.get("type") == "abort" else "stop")  # fmt: skip
+    return (
+        "length"
+        if reason.get("type") == "length"
+        else ("abort" if reason.get("type") == "abort" else "stop")
+    )
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}  # fmt: skip
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 def choice(kind: str, index: int, text: str, reason, logprobs: dict | None = None) -> dict:
     """One choice of a non-streaming answer."""
     if kind == "chat":
-        return {"index": index, "message": {"role": "assistant", "content": text},
-                "logprobs": logprobs, "finish_reason": finish_reason(reason)}  # fmt: skip
-    return {"index": index, "text": text, "logprobs": logprobs,
-            "finish_reason": finish_reason(reason)}  # fmt: skip
+        return {
+            "index": index,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": logprobs,
+            "finish_reason": finish_reason(reason),
+        }
+    return {
+        "index": index,
+        "text": text,
+        "logprobs": logprobs,
+        "finish_reason": finish_reason(reason),
+    }
 
 
-def response(kind: str, rid: str, model: str, choices: list[dict], prompt_tokens: int,
-             completion_tokens: int, pdd) -> dict:  # fmt: skip
+def response(
+    kind: str,
+    rid: str,
+    model: str,
+    choices: list[dict],
+    prompt_tokens: int,
+    completion_tokens: int,
+    pdd,
+) -> dict:
     """A non-streaming completion or chat.completion object."""
     obj = "chat.completion" if kind == "chat" else "text_completion"
-    return {"id": rid, "object": obj, "created": int(time.time()), "model": model,
-            "choices": choices, "usage": usage(prompt_tokens, completion_tokens),
-            "pdd": pdd}  # fmt: skip
+    return {
+        "id": rid,
+        "object": obj,
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": usage(prompt_tokens, completion_tokens),
+        "pdd": pdd,
+    }
 
 
-def chunk(kind: str, rid: str, model: str, text: str, reason=None, first: bool = False,
-          usage_: dict | None = None, logprobs: dict | None = None,
-          index: int = 0) -> dict:  # fmt: skip
+def chunk(
+    kind: str,
+    rid: str,
+    model: str,
+    text: str,
+    reason=None,
+    first: bool = False,
+    usage_: dict | None = None,
+    logprobs: dict | None = None,
+    index: int = 0,
+) -> dict:
     """One streaming chunk (of choice ``index``)."""
     if kind == "chat":
         delta = {"content": text}
         if first:
             delta["role"] = "assistant"
-        choice_ = {"index": index, "delta": delta, "logprobs": logprobs,
-                   "finish_reason": finish_reason(reason)}  # fmt: skip
+        choice_ = {
+            "index": index,
+            "delta": delta,
+            "logprobs": logprobs,
+            "finish_reason": finish_reason(reason),
+        }
         obj = "chat.completion.chunk"
     else:
-        choice_ = {"index": index, "text": text, "logprobs": logprobs,
-                   "finish_reason": finish_reason(reason)}  # fmt: skip
+        choice_ = {
+            "index": index,
+            "text": text,
+            "logprobs": logprobs,
+            "finish_reason": finish_reason(reason),
+        }
         obj = "text_completion"
-    out = {"id": rid, "object": obj, "created": int(time.time()), "model": model,
-           "choices": [choice_]}  # fmt: skip
+    out = {
+        "id": rid,
+        "object": obj,
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice_],
+    }
     if usage_ is not None:
         out["usage"] = usage_
     return out

@@ -30,16 +30,18 @@ def generate_fields(kind: str, body: dict) -> dict:
 
 
 def _bad(message: str) -> UpstreamError:
-    return UpstreamError(400, {"object": "error", "message": message, "type": "BadRequestError",
-                               "code": 400})  # fmt: skip
+    return UpstreamError(
+        400, {"object": "error", "message": message, "type": "BadRequestError", "code": 400}
+    )
 
 
 def completion_logprobs(tokens: list, tops: list, tokenizer) -> dict:
     """A completion choice's ``logprobs`` object for these output entries."""
     from sglang.srt.entrypoints.openai.utils import to_openai_style_logprobs
 
-    return to_openai_style_logprobs(output_token_logprobs=tokens, output_top_logprobs=tops,
-                                    tokenizer=tokenizer).model_dump()  # fmt: skip
+    return to_openai_style_logprobs(
+        output_token_logprobs=tokens, output_top_logprobs=tops, tokenizer=tokenizer
+    ).model_dump()
 
 
 def chat_logprobs(tokens: list, tops: list, tokenizer) -> dict:
@@ -50,12 +52,16 @@ def chat_logprobs(tokens: list, tops: list, tokenizer) -> dict:
 
     def item(logprob, token_id, text) -> dict:
         raw = token_id_to_bytes(tokenizer, token_id) if byte_level else None
-        return {"token": text or "", "bytes": raw if raw is not None else
-                list((text or "").encode("utf-8")), "logprob": logprob}  # fmt: skip
+        return {
+            "token": text or "",
+            "bytes": raw if raw is not None else list((text or "").encode("utf-8")),
+            "logprob": logprob,
+        }
 
     content = []
     for i, (logprob, token_id, text) in enumerate(tokens):
         row = tops[i] if i < len(tops) and tops[i] is not None else []
-        content.append({**item(logprob, token_id, text),
-                        "top_logprobs": [item(*entry) for entry in row]})  # fmt: skip
+        content.append(
+            {**item(logprob, token_id, text), "top_logprobs": [item(*entry) for entry in row]}
+        )
     return {"content": content}

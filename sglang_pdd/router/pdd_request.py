@@ -64,10 +64,15 @@ class PddRequestRun(RelayedPipeline):
         self.prefill_url, self.relay_url, self.main = instances
         self.site = router.site(self.main)
         self.main_plan = main_plan  # how the KV reaches MD (None: P-RLD)
-        self.record = PddRecord(pipeline=decision.pipeline, reason=decision.reason,
-                                instance_rid=self.ids.rid,
-                                main=self.main.url, est_main_ready_s=decision.est_main_ready_s
-                                if decision.est_main_ready_s != float("inf") else None)  # fmt: skip
+        self.record = PddRecord(
+            pipeline=decision.pipeline,
+            reason=decision.reason,
+            instance_rid=self.ids.rid,
+            main=self.main.url,
+            est_main_ready_s=decision.est_main_ready_s
+            if decision.est_main_ready_s != float("inf")
+            else None,
+        )
         self.t0 = time.monotonic()
         self._tasks: list[asyncio.Task] = []
         self.prompt_tokens = len(body["input_ids"])
@@ -88,13 +93,19 @@ class PddRequestRun(RelayedPipeline):
 
     def _sub_body(self, rid: str, room: int) -> dict:
         prefill = self.router.bootstrap[self.prefill_url]
-        return {**self.body, "rid": rid, "bootstrap_host": prefill[0],
-                "bootstrap_port": prefill[1], "bootstrap_room": room}  # fmt: skip
+        return {
+            **self.body,
+            "rid": rid,
+            "bootstrap_host": prefill[0],
+            "bootstrap_port": prefill[1],
+            "bootstrap_room": room,
+        }
 
     def _prefill(self, rid: str, room: int):
         """P's sub-request ``rid`` (a coroutine answering when P has sent the KV)."""
-        return post_json(self.router.session, f"{self.prefill_url}/generate",
-                         self._sub_body(rid, room))  # fmt: skip
+        return post_json(
+            self.router.session, f"{self.prefill_url}/generate", self._sub_body(rid, room)
+        )
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
@@ -106,8 +117,12 @@ class PddRequestRun(RelayedPipeline):
         """Log a sub-request task's failure once, whether or not the request still awaits it
         (a room-2 prefill whose request finished on RLD is never awaited)."""
         if not task.cancelled() and (exc := task.exception()) is not None:
-            logger.info("sglang-pdd router: %s: sub-request ended with %s: %s", self.rid,
-                        type(exc).__name__, exc)  # fmt: skip
+            logger.info(
+                "sglang-pdd router: %s: sub-request ended with %s: %s",
+                self.rid,
+                type(exc).__name__,
+                exc,
+            )
 
     def _stream_into_queue(self, url: str, body: dict, parked: bool = False) -> asyncio.Queue:
         """Stream ``url``'s answer to ``body`` into a queue. ``parked``: a relayed MD stream,
@@ -244,9 +259,13 @@ class PddRequestRun(RelayedPipeline):
                 await asyncio.wait_for(dep.off_link.wait(), DEPENDENCY_TIMEOUT_S)
             except TimeoutError:
                 # MD never reported that KV: stop waiting and send this prompt's own.
-                logger.warning("sglang-pdd router: %s: transfer %s did not land in %ds; "
-                               "sending this request's KV anyway", self.rid, dep.rid,
-                               DEPENDENCY_TIMEOUT_S)  # fmt: skip
+                logger.warning(
+                    "sglang-pdd router: %s: transfer %s did not land in %ds; "
+                    "sending this request's KV anyway",
+                    self.rid,
+                    dep.rid,
+                    DEPENDENCY_TIMEOUT_S,
+                )
                 self.site.transfers.drop(dep)
 
     def _hashes(self) -> list[int]:
@@ -261,8 +280,13 @@ class PddRequestRun(RelayedPipeline):
         cached = self.site.cached_tokens(ids, hashes)
         nbytes = (len(ids) - cached) * self.router.kv_bytes_per_token
         self._transfer = self.site.transfers.start(
-            main_rid, hashes, cached // self.router.config.cache_block_tokens, nbytes,
-            warming=warming, learn=learn)  # fmt: skip
+            main_rid,
+            hashes,
+            cached // self.router.config.cache_block_tokens,
+            nbytes,
+            warming=warming,
+            learn=learn,
+        )
         return self._transfer
 
     def _main_ended(self, output_ids=()) -> None:
@@ -330,8 +354,7 @@ class PddRequestRun(RelayedPipeline):
             self.record.wan_bytes = event.kv_bytes or 0
             self.record.main_cached_tokens = event.cached_tokens
 
-    async def _follow_main(self, main_q, events, already_sent: int, expected_prefix=(),
-                           early=()):  # fmt: skip
+    async def _follow_main(self, main_q, events, already_sent: int, expected_prefix=(), early=()):
         """Forward Main-Decode's tokens past ``already_sent``; check it kept the handed prefix.
         ``early``: chunks of MD's stream already read from ``main_q``."""
         sent = already_sent
@@ -341,8 +364,9 @@ class PddRequestRun(RelayedPipeline):
                 raise chunk
             ids = chunk["output_ids"]
             if expected_prefix and ids[: len(expected_prefix)] != list(expected_prefix):
-                raise UpstreamError(500, {"error": {"message": "Main-Decode diverged from the "
-                                                              "handed-off tokens"}})  # fmt: skip
+                raise UpstreamError(
+                    500, {"error": {"message": "Main-Decode diverged from the handed-off tokens"}}
+                )
             if self.record.main_ready_s is None:
                 self._drain_ready(events)
             if len(ids) > sent:
@@ -354,8 +378,9 @@ class PddRequestRun(RelayedPipeline):
                 self._main_ended(ids)
                 yield self._finished(chunk["meta_info"]["finish_reason"])
                 return
-        raise UpstreamError(502, {"error": {"message": "Main-Decode stream ended early"}},
-                            self.main.url)  # fmt: skip
+        raise UpstreamError(
+            502, {"error": {"message": "Main-Decode stream ended early"}}, self.main.url
+        )
 
     def _drain_ready(self, events: asyncio.Queue) -> None:
         if (ready := take_ready_event(events)) is not None:

@@ -67,8 +67,9 @@ class RelayedPipeline:
             self._main_ended()
         return result
 
-    async def _warm_main_after(self, gate: asyncio.Task, main_rid: str, room2: int,
-                               events: asyncio.Queue) -> None:  # fmt: skip
+    async def _warm_main_after(
+        self, gate: asyncio.Task, main_rid: str, room2: int, events: asyncio.Queue
+    ) -> None:
         """Send room 2 (P's radix hit, over the WAN) to Main-Decode for a request that already
         finished on Relay-Decode, and release it there: MD caches the prompt's KV and ends it.
 
@@ -78,8 +79,9 @@ class RelayedPipeline:
         try:
             transfer = await asyncio.shield(gate)
         except (UpstreamError, aiohttp.ClientError, asyncio.CancelledError) as exc:
-            logger.info("sglang-pdd router: %s: prefill failed (%s); Main-Decode not warmed",
-                        self.rid, exc)  # fmt: skip
+            logger.info(
+                "sglang-pdd router: %s: prefill failed (%s); Main-Decode not warmed", self.rid, exc
+            )
             await abort(self.router.session, self.main.url, main_rid)
             control.forget(main_rid)
             return
@@ -88,21 +90,29 @@ class RelayedPipeline:
         if transfer.state == DROPPED:  # a later request of this prefix carried it
             control.forget(main_rid)
             return
-        logger.info("sglang-pdd router: %s finished on Relay-Decode before its KV left; sending "
-                    "it to Main-Decode's cache now", self.rid)  # fmt: skip
+        logger.info(
+            "sglang-pdd router: %s finished on Relay-Decode before its KV left; sending "
+            "it to Main-Decode's cache now",
+            self.rid,
+        )
         if not control.release_nowait(main_rid):
             control.forget(main_rid)
             return
         session = self.router.session
-        results = await self._report_late_transfer(events, main_rid, asyncio.gather(
-            self._prefill(self.ids.prefill_for_main, room2),
-            post_json(session, f"{self.main.url}/generate", self._sub_body(main_rid, room2)),
-            return_exceptions=True,
-        ))  # fmt: skip
+        results = await self._report_late_transfer(
+            events,
+            main_rid,
+            asyncio.gather(
+                self._prefill(self.ids.prefill_for_main, room2),
+                post_json(session, f"{self.main.url}/generate", self._sub_body(main_rid, room2)),
+                return_exceptions=True,
+            ),
+        )
         for result in results:
             if isinstance(result, BaseException):
-                logger.warning("sglang-pdd router: %s: warming Main-Decode failed: %s",
-                               self.rid, result)  # fmt: skip
+                logger.warning(
+                    "sglang-pdd router: %s: warming Main-Decode failed: %s", self.rid, result
+                )
 
     async def _main_gate(self, prefill1: asyncio.Task, main_rid: str):
         """Room 2 may go once P's KV for room 1 is out (room 2 is then a radix hit on P) and no
@@ -193,9 +203,12 @@ class RelayedPipeline:
         self.record.relay_ids_dropped = follow.dropped_ids
         self.router.run_in_background(abort(self.router.session, self.relay_url, relay_rid))
         async for event in self._follow_main(
-            main_q, events, already_sent=len(follow.relay_ids),
-            expected_prefix=follow.relay_ids, early=follow.early,
-        ):  # fmt: skip
+            main_q,
+            events,
+            already_sent=len(follow.relay_ids),
+            expected_prefix=follow.relay_ids,
+            early=follow.early,
+        ):
             yield event
 
     def _signal(self, kind: str, value, prefill1: asyncio.Task):
@@ -234,19 +247,33 @@ class RelayedPipeline:
         if isinstance(action, NoteReady):
             self._note_ready(action.event)
         elif isinstance(action, RetryLater):
-            logger.info("sglang-pdd router: %s: Main-Decode deferred the handoff (%s); "
-                        "Relay-Decode serves on", self.rid, action.message)  # fmt: skip
+            logger.info(
+                "sglang-pdd router: %s: Main-Decode deferred the handoff (%s); "
+                "Relay-Decode serves on",
+                self.rid,
+                action.message,
+            )
             self.record.handoff_deferrals = action.deferrals
         elif isinstance(action, ResendLostHandoff):
-            logger.info("sglang-pdd router: %s: the final handoff was lost in a control "
-                        "reconnect; making it again", self.rid)  # fmt: skip
+            logger.info(
+                "sglang-pdd router: %s: the final handoff was lost in a control "
+                "reconnect; making it again",
+                self.rid,
+            )
         elif isinstance(action, StayOnRelay):
-            logger.warning("sglang-pdd router: %s: no handoff to Main-Decode (%s); finishing "
-                           "on Relay-Decode", self.rid, action.reason)  # fmt: skip
+            logger.warning(
+                "sglang-pdd router: %s: no handoff to Main-Decode (%s); finishing on Relay-Decode",
+                self.rid,
+                action.reason,
+            )
             self.record.main_refused = action.reason
         elif isinstance(action, TakeOverFromLostRelay):
-            logger.warning("sglang-pdd router: %s: Relay-Decode failed (%s); Main-Decode, "
-                           "ready, takes over at once", self.rid, action.error)  # fmt: skip
+            logger.warning(
+                "sglang-pdd router: %s: Relay-Decode failed (%s); Main-Decode, "
+                "ready, takes over at once",
+                self.rid,
+                action.error,
+            )
             self.record.relay_failed = str(action.error)[:300]
             self.router.health.mark_down(self.relay_url)
         else:

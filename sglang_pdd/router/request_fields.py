@@ -27,13 +27,36 @@ GENERATE_FIELDS = frozenset(
 LOGPROB_FIELDS = ("return_logprob", "top_logprobs_num", "return_text_in_logprobs")
 
 # OpenAI completions / chat: fields the router serves (sampling ones map onto SGLang's).
-OPENAI_FIELDS = frozenset({
-    "model", "prompt", "messages", "stream", "stream_options", "user", "max_tokens",
-    "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids",
-    "seed", "ignore_eos", "skip_special_tokens", "no_stop_trim", "frequency_penalty",
-    "presence_penalty", "repetition_penalty", "min_tokens", "logit_bias", "logprobs",
-    "top_logprobs", "n",
-})  # fmt: skip
+OPENAI_FIELDS = frozenset(
+    {
+        "model",
+        "prompt",
+        "messages",
+        "stream",
+        "stream_options",
+        "user",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "stop",
+        "stop_token_ids",
+        "seed",
+        "ignore_eos",
+        "skip_special_tokens",
+        "no_stop_trim",
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+        "min_tokens",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "n",
+    }
+)
 
 # /generate's sampling_params the router carries across the handoff. Penalties and
 # min_new_tokens are carried because MD counts the handed-off ids into SGLang's penalizers
@@ -41,20 +64,45 @@ OPENAI_FIELDS = frozenset({
 # them (sglang_pdd.main_decode.extend.advance_grammar); logit_bias is static per request.
 # Refused: ebnf and structural_tag (the same mechanism, not tested), custom logit processors,
 # stop_regex (untested across the handoff), beam search and watermarks.
-SAMPLING_FIELDS = frozenset({
-    "max_new_tokens", "stop", "stop_token_ids", "temperature", "top_p", "top_k", "min_p",
-    "ignore_eos", "skip_special_tokens", "no_stop_trim", "stream_interval", "sampling_seed",
-    "spaces_between_special_tokens", "frequency_penalty", "presence_penalty",
-    "repetition_penalty", "min_new_tokens", "logit_bias", "json_schema", "regex",
-})  # fmt: skip
+SAMPLING_FIELDS = frozenset(
+    {
+        "max_new_tokens",
+        "stop",
+        "stop_token_ids",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "ignore_eos",
+        "skip_special_tokens",
+        "no_stop_trim",
+        "stream_interval",
+        "sampling_seed",
+        "spaces_between_special_tokens",
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+        "min_new_tokens",
+        "logit_bias",
+        "json_schema",
+        "regex",
+    }
+)
 
 # Values that mean the feature is off, per field (besides None / False / empty).
-_OFF_VALUES = {"n": (1,), "best_of": (1,), "top_logprobs_num": (0,), "logprobs": (0,),
-               # SGLang's default, which python -m sglang.bench_serving sends with every request
-               "logprob_start_len": (-1,),
-               "frequency_penalty": (0, 0.0), "presence_penalty": (0, 0.0),
-               "repetition_penalty": (1, 1.0), "min_new_tokens": (0,),
-               "min_tokens": (0,)}  # fmt: skip
+_OFF_VALUES = {
+    "n": (1,),
+    "best_of": (1,),
+    "top_logprobs_num": (0,),
+    "logprobs": (0,),
+    # SGLang's default, which python -m sglang.bench_serving sends with every request
+    "logprob_start_len": (-1,),
+    "frequency_penalty": (0, 0.0),
+    "presence_penalty": (0, 0.0),
+    "repetition_penalty": (1, 1.0),
+    "min_new_tokens": (0,),
+    "min_tokens": (0,),
+}
 
 
 def _is_off(name: str, value) -> bool:
@@ -72,11 +120,13 @@ def unsupported_message(fields: list[str]) -> str:
     return f"not supported by the sglang-pdd router: {', '.join(fields)}"
 
 
-def unsupported_sampling(sampling: dict, prefix: str = "sampling_params.",
-                         seeded: bool = False) -> list[str]:  # fmt: skip
+def unsupported_sampling(
+    sampling: dict, prefix: str = "sampling_params.", seeded: bool = False
+) -> list[str]:
     """Names of sampling parameters the router would carry wrongly across the handoff."""
-    bad = [prefix + k for k, v in sampling.items()
-           if k not in SAMPLING_FIELDS and not _is_off(k, v)]  # fmt: skip
+    bad = [
+        prefix + k for k, v in sampling.items() if k not in SAMPLING_FIELDS and not _is_off(k, v)
+    ]
     if sampling.get("spaces_between_special_tokens") is False:
         # The router detokenizes the merged output itself, with SGLang's default spacing.
         bad.append(prefix + "spaces_between_special_tokens")

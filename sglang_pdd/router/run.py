@@ -27,8 +27,9 @@ class ClientRun:
         if self.rid in state.live:
             # As SGLang's own server does: a rid names one request in flight (it also keys
             # GET /pdd/requests). Instances never see it: each run has rids of its own.
-            raise UpstreamError(400, {"error": {"message": f"Duplicate request ID: {self.rid}",
-                                                "code": 400}})  # fmt: skip
+            raise UpstreamError(
+                400, {"error": {"message": f"Duplicate request ID: {self.rid}", "code": 400}}
+            )
         if bad := out_of_vocab(input_ids, state.vocab_size):
             # A plain SGLang 0.5.23 server's scheduler dies on such an id (an IndexError in
             # the embedding): refuse it before any instance sees it.
@@ -43,8 +44,11 @@ class ClientRun:
         self.migrations: list[str] = []  # why each earlier run of this request was left
         self.failed: set[str] = set()  # instances that failed this request
         state.clients[self.rid] = self
-        self.text = StreamingText(state.tokenizer, bool(sampling.get("no_stop_trim")),
-                                  bool(sampling.get("skip_special_tokens", True)))  # fmt: skip
+        self.text = StreamingText(
+            state.tokenizer,
+            bool(sampling.get("no_stop_trim")),
+            bool(sampling.get("skip_special_tokens", True)),
+        )
         self.finished: Finished | None = None
         self.tail = ""  # text released by the final trim of a matched stop
         self.logprobs = bool(extra.get("return_logprob"))
@@ -77,8 +81,9 @@ class ClientRun:
                         metrics.handoff_stall.observe(record.handoff_stall_s)
                     self.finished = event
                     self.tail = self.text.finish(event.finish_reason)
-                    logger.info("pdd-record rid=%s %s", self.rid,
-                                json.dumps(event.record.as_dict()))  # fmt: skip
+                    logger.info(
+                        "pdd-record rid=%s %s", self.rid, json.dumps(event.record.as_dict())
+                    )
                     # The client may reuse its rid as soon as it has the last chunk.
                     self._unlist()
                 yield event
@@ -107,12 +112,21 @@ class ClientRun:
             except UpstreamError as exc:
                 if exc.instance is not None and not self.state.health.is_draining(exc.instance):
                     self.state.health.mark_down(exc.instance)
-                why = migration_refused(exc, self.body, self.emitted, len(self.migrations),
-                                        self.state.config.migration_limit)  # fmt: skip
+                why = migration_refused(
+                    exc,
+                    self.body,
+                    self.emitted,
+                    len(self.migrations),
+                    self.state.config.migration_limit,
+                )
                 if why is not None:
                     if exc.instance is not None:
-                        logger.warning("sglang-pdd router: %s: %s failed; not migrated: %s",
-                                       self.rid, exc.instance, why)  # fmt: skip
+                        logger.warning(
+                            "sglang-pdd router: %s: %s failed; not migrated: %s",
+                            self.rid,
+                            exc.instance,
+                            why,
+                        )
                     raise
                 await self._migrate(exc)
 
@@ -120,8 +134,9 @@ class ClientRun:
         """``url`` is draining: move this request off it (True), or, when it cannot migrate,
         let it finish there (False); None when it does not use ``url``."""
         error = draining_error(url, self.state.health.drain_cause(url))
-        why = migration_refused(error, self.body, self.emitted, len(self.migrations),
-                                self.state.config.migration_limit)  # fmt: skip
+        why = migration_refused(
+            error, self.body, self.emitted, len(self.migrations), self.state.config.migration_limit
+        )
         if why is not None:
             return False if url in self.run.sub_rids() else None
         return True if self.run.evict(error) else None
@@ -135,15 +150,21 @@ class ClientRun:
         body = continuation(self.body, self.emitted)
         left = body["sampling_params"]["max_new_tokens"]
         try:
-            decision, instances, main_plan = self.state.plan(body["input_ids"], left,
-                                                             frozenset(self.failed))  # fmt: skip
+            decision, instances, main_plan = self.state.plan(
+                body["input_ids"], left, frozenset(self.failed)
+            )
         except ValueError as no_instance:
             logger.warning("sglang-pdd router: %s: %s; %s", self.rid, reason, no_instance)
             raise exc from None
         self.migrations.append(reason)
-        logger.warning("sglang-pdd router: %s: %s; continuing %s from %d ids (migration %d)",
-                       self.rid, reason, decision.pipeline, len(self.emitted),
-                       len(self.migrations))  # fmt: skip
+        logger.warning(
+            "sglang-pdd router: %s: %s; continuing %s from %d ids (migration %d)",
+            self.rid,
+            reason,
+            decision.pipeline,
+            len(self.emitted),
+            len(self.migrations),
+        )
         self.state.metrics.requests.labels(decision.pipeline, "migration").inc()
         await old.abort_everywhere()
         await old.close()
@@ -161,13 +182,20 @@ class ClientRun:
     def meta(self, finish_reason, since: int = 0) -> dict:
         """SGLang's ``meta_info``; logprob entries from output token ``since`` on."""
         record = self.run.record.as_dict()
-        meta = {"id": self.rid, "finish_reason": finish_reason,
-                "prompt_tokens": self.run.prompt_tokens,
-                "completion_tokens": len(self.text.ids), "pdd": record}  # fmt: skip
+        meta = {
+            "id": self.rid,
+            "finish_reason": finish_reason,
+            "prompt_tokens": self.run.prompt_tokens,
+            "completion_tokens": len(self.text.ids),
+            "pdd": record,
+        }
         if self.logprobs:  # input logprobs: only logprob_start_len -1 is served (none)
-            meta.update(input_token_logprobs=[], input_top_logprobs=[],
-                        output_token_logprobs=self.token_logprobs[since:],
-                        output_top_logprobs=self.top_logprobs[since:])  # fmt: skip
+            meta.update(
+                input_token_logprobs=[],
+                input_top_logprobs=[],
+                output_token_logprobs=self.token_logprobs[since:],
+                output_top_logprobs=self.top_logprobs[since:],
+            )
         return meta
 
 
@@ -178,6 +206,8 @@ def out_of_vocab(input_ids: list, vocab_size: int) -> str | None:
         return None
     for position, token in enumerate(input_ids):
         if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab_size:
-            return (f"input_ids[{position}] = {token!r} is outside the model's vocabulary "
-                    f"[0, {vocab_size})")  # fmt: skip
+            return (
+                f"input_ids[{position}] = {token!r} is outside the model's vocabulary "
+                f"[0, {vocab_size})"
+            )
     return None

@@ -50,8 +50,9 @@ class RouterState:
             for m in config.main
         }
         # What each prefill server holds: every prompt it prefilled, LRU (P keeps its radix cache).
-        self.prefill_cache = {u: BlockPrefixCache(config.cache_capacity_blocks)
-                              for u in config.prefill}  # fmt: skip
+        self.prefill_cache = {
+            u: BlockPrefixCache(config.cache_capacity_blocks) for u in config.prefill
+        }
         self.prefill_active = {u: 0 for u in config.prefill}
         # Seconds from a request's arrival to P's KV at Relay-Decode (P's queue and prefill),
         # learned from relayed requests' first tokens.
@@ -88,9 +89,11 @@ class RouterState:
         )
         self.session = aiohttp.ClientSession(
             connector=connector,
-            timeout=aiohttp.ClientTimeout(total=None,
-                                          sock_connect=self.config.upstream_connect_timeout_s),
-            headers=upstream_headers(self.config.instance_api_key))  # fmt: skip
+            timeout=aiohttp.ClientTimeout(
+                total=None, sock_connect=self.config.upstream_connect_timeout_s
+            ),
+            headers=upstream_headers(self.config.instance_api_key),
+        )
         for url in self.config.prefill:
             info = await self._get(f"{url}/get_server_info")
             host = url.split("://", 1)[1].rsplit(":", 1)[0]
@@ -106,8 +109,11 @@ class RouterState:
             self.incremental_streams[url] = bool(info.get("incremental_streaming_output"))
         from transformers import AutoTokenizer
 
-        path = self.config.tokenizer_path or self.server_info.get("tokenizer_path") or (
-            self.model_info["model_path"])  # fmt: skip
+        path = (
+            self.config.tokenizer_path
+            or self.server_info.get("tokenizer_path")
+            or (self.model_info["model_path"])
+        )
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.vocab_size = _model_vocab_size(self.model_info.get("model_path"), self.tokenizer)
         self.kv_bytes_per_token = await self._kv_bytes_per_token()
@@ -119,9 +125,14 @@ class RouterState:
             from sglang_pdd.router.drain import move_requests_off
 
             decoding = [*self.config.relay, *self.mains]
-            self._ready_watch = loop.create_task(self.health.watch_ready(
-                self.session, decoding, self.config.instance_check_interval_s,
-                lambda url: move_requests_off(self, url)))  # fmt: skip
+            self._ready_watch = loop.create_task(
+                self.health.watch_ready(
+                    self.session,
+                    decoding,
+                    self.config.instance_check_interval_s,
+                    lambda url: move_requests_off(self, url),
+                )
+            )
 
     async def _poll_relay_loads(self, interval_s: float = 0.5) -> None:
         """Keep ``relay_loads`` current: the busier of KV-token usage and running-request use."""
@@ -132,15 +143,22 @@ class RouterState:
                     load = data["loads"][0]
                     running = load["num_running_reqs"] / max(load["max_running_requests"], 1)
                     self.relay_loads[url] = max(float(load["token_usage"]), running)
-                except (aiohttp.ClientError, TimeoutError, KeyError, IndexError, TypeError,
-                        ValueError) as exc:  # fmt: skip
+                except (
+                    aiohttp.ClientError,
+                    TimeoutError,
+                    KeyError,
+                    IndexError,
+                    TypeError,
+                    ValueError,
+                ) as exc:
                     logger.debug("sglang-pdd router: no load from %s: %s", url, exc)
             await asyncio.sleep(interval_s)
 
     async def _get(self, url: str) -> dict:
         cfg = self.config
-        timeout = aiohttp.ClientTimeout(total=cfg.upstream_idle_timeout_s,
-                                        sock_connect=cfg.upstream_connect_timeout_s)  # fmt: skip
+        timeout = aiohttp.ClientTimeout(
+            total=cfg.upstream_idle_timeout_s, sock_connect=cfg.upstream_connect_timeout_s
+        )
         async with self.session.get(url, timeout=timeout) as resp:
             resp.raise_for_status()
             return await resp.json(content_type=None)
@@ -215,8 +233,7 @@ class RouterState:
                     extra_backlog = dep.nbytes  # promoted ahead of this request's own KV
         return MainPlan(site, hashes, cached, covered, dep, carries, extra_backlog)
 
-    def plan(self, input_ids: list[int], max_new_tokens: int,
-             avoid: frozenset[str] = frozenset()):  # fmt: skip
+    def plan(self, input_ids: list[int], max_new_tokens: int, avoid: frozenset[str] = frozenset()):
         """``_plan`` without the instances out of rotation (``health``), unless that leaves no
         prefill or decoding instance: then they are tried all the same."""
         down = self.health.out_of_rotation()
@@ -255,28 +272,39 @@ class RouterState:
             link = site.transfers.link.estimate()
             if mp.extra_backlog:
                 link = replace(link, backlog_bytes=link.backlog_bytes + mp.extra_backlog)
-            decision = self.pipeline_policy.decide(facts, link, relay_load,
-                                                   prefill_s=self.prefill_estimate_s)  # fmt: skip
+            decision = self.pipeline_policy.decide(
+                facts, link, relay_load, prefill_s=self.prefill_estimate_s
+            )
             # The real cache hit first (a session stays where its KV is), then when its KV would
             # be ready, then load.
             key = (-mp.covered_tokens, round(decision.est_main_ready_s, 2), site.active)
             if best is None or key < best[0]:
                 best = (key, decision, mp)
         if best is None:  # every Main-Decode failed this request: Relay-Decode finishes it
-            decision = PipelineDecision(PIPELINE_P_RLD, "no Main-Decode left", 0, float("inf"),
-                                        rule="failover")  # fmt: skip
+            decision = PipelineDecision(
+                PIPELINE_P_RLD, "no Main-Decode left", 0, float("inf"), rule="failover"
+            )
             mp = MainPlan(next(iter(self.mains.values())), hashes, 0, 0, None, False, 0.0)
         else:
             _, decision, mp = best
             if not relays and decision.pipeline != PIPELINE_P_MD:
-                decision = replace(decision, pipeline=PIPELINE_P_MD, rule="failover",
-                                   reason="no Relay-Decode left; " + decision.reason)  # fmt: skip
+                decision = replace(
+                    decision,
+                    pipeline=PIPELINE_P_MD,
+                    rule="failover",
+                    reason="no Relay-Decode left; " + decision.reason,
+                )
         main = mp.site
         if decision.pipeline == PIPELINE_P_RLD:
             mp = None
-        prefill = min(prefills, key=lambda u: (
-            -self.prefill_cache[u].match(hashes), self.prefill_active[u],
-            next(self._rr["prefill"])))  # fmt: skip
+        prefill = min(
+            prefills,
+            key=lambda u: (
+                -self.prefill_cache[u].match(hashes),
+                self.prefill_active[u],
+                next(self._rr["prefill"]),
+            ),
+        )
         self.prefill_cache[prefill].insert(hashes)
         relay = None
         if relays:  # the least busy Relay-Decode, round-robin among equals
@@ -312,10 +340,14 @@ def _model_vocab_size(model_path: str | None, tokenizer) -> int:
 
         config = AutoConfig.from_pretrained(model_path)
         size = getattr(config, "vocab_size", None) or getattr(
-            getattr(config, "text_config", None), "vocab_size", None)  # fmt: skip
+            getattr(config, "text_config", None), "vocab_size", None
+        )
         if size:
             return int(size)
     except (OSError, ValueError, TypeError) as exc:
-        logger.info("sglang-pdd router: no model config at %s (%s); the tokenizer's size "
-                    "bounds input ids", model_path, exc)  # fmt: skip
+        logger.info(
+            "sglang-pdd router: no model config at %s (%s); the tokenizer's size bounds input ids",
+            model_path,
+            exc,
+        )
     return len(tokenizer)

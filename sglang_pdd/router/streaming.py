@@ -20,8 +20,9 @@ async def json_body(request: web.Request) -> dict:
     try:
         body = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UpstreamError(400, {"error": {"message": f"Invalid JSON body: {exc}",
-                                            "code": 400}}) from exc  # fmt: skip
+        raise UpstreamError(
+            400, {"error": {"message": f"Invalid JSON body: {exc}", "code": 400}}
+        ) from exc
     if not isinstance(body, dict):
         raise UpstreamError(400, {"error": {"message": "JSON body must be an object"}})
     return body

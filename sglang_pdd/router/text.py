@@ -19,8 +19,9 @@ class StreamingText:
     sampling parameters ``no_stop_trim`` and ``skip_special_tokens`` mean what they mean there.
     """
 
-    def __init__(self, tokenizer, no_stop_trim: bool = False,
-                 skip_special_tokens: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self, tokenizer, no_stop_trim: bool = False, skip_special_tokens: bool = True
+    ) -> None:
         self.tokenizer = tokenizer
         self.no_stop_trim = no_stop_trim
         self.skip_special_tokens = skip_special_tokens

@@ -107,15 +107,30 @@ class MainTransfers:
                 if not holders:
                     del self._holders[block]
 
-    def start(self, rid: str, hashes: list[int], cached_blocks: int, nbytes: float, *,
-              warming: bool = False, learn: bool = True,
-              now: float | None = None) -> MainTransfer:  # fmt: skip
+    def start(
+        self,
+        rid: str,
+        hashes: list[int],
+        cached_blocks: int,
+        nbytes: float,
+        *,
+        warming: bool = False,
+        learn: bool = True,
+        now: float | None = None,
+    ) -> MainTransfer:
         """Register a transfer dispatched now (or, for ``warming``, queued until the link has
         no serving transfer). ``learn``: see ``LiveLinkModel.finish``."""
         if rid in self._by_rid:
             raise ValueError(f"transfer for {rid} already registered")
-        t = MainTransfer(rid, list(hashes), min(cached_blocks, len(hashes)), float(nbytes),
-                         warming, learn, seq=next(self._seq))  # fmt: skip
+        t = MainTransfer(
+            rid,
+            list(hashes),
+            min(cached_blocks, len(hashes)),
+            float(nbytes),
+            warming,
+            learn,
+            seq=next(self._seq),
+        )
         self._by_rid[rid] = t
         self._index(t, add=True)
         if warming:
@@ -178,8 +193,9 @@ class MainTransfers:
         t.dispatch.set()
         t.off_link.set()
 
-    def landed(self, rid: str, cached_tokens: int | None, kv_bytes: int | None,
-               now: float | None = None) -> LinkObservation | None:  # fmt: skip
+    def landed(
+        self, rid: str, cached_tokens: int | None, kv_bytes: int | None, now: float | None = None
+    ) -> LinkObservation | None:
         """MD reported ``rid``'s KV in place (its ``ready`` event)."""
         t = self._by_rid.get(rid)
         if t is None or t.state != SENDING:
@@ -188,8 +204,9 @@ class MainTransfers:
         self._index(t, add=False)
         if cached_tokens is not None:
             t.first_block = min(int(cached_tokens) // self.block_tokens, len(t.hashes))
-        overlap = sum(1 for block in t.blocks
-                      if any(o.state == SENDING for o in self._holders.get(block, ())))  # fmt: skip
+        overlap = sum(
+            1 for block in t.blocks if any(o.state == SENDING for o in self._holders.get(block, ()))
+        )
         if overlap:
             self.stats.duplicate_transfers += 1
             self.stats.duplicate_blocks += overlap

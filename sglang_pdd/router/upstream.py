@@ -41,13 +41,16 @@ async def post_json(session: aiohttp.ClientSession, url: str, body: dict) -> dic
             return await resp.json(content_type=None)
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
         instance = url.rsplit("/", 1)[0]
-        raise UpstreamError(502, {"error": {"message": f"{instance}: {type(exc).__name__}: "
-                                                       f"{exc}", "code": 502}},
-                            instance) from exc  # fmt: skip
+        raise UpstreamError(
+            502,
+            {"error": {"message": f"{instance}: {type(exc).__name__}: {exc}", "code": 502}},
+            instance,
+        ) from exc
 
 
-async def stream_sse(session: aiohttp.ClientSession, url: str, body: dict,
-                     incremental: bool = False):  # fmt: skip
+async def stream_sse(
+    session: aiohttp.ClientSession, url: str, body: dict, incremental: bool = False
+):
     """POST with ``stream: true`` and yield each JSON chunk until ``[DONE]``.
 
     Chunks always carry the cumulative ``output_ids`` (SGLang's default). ``incremental``: the
@@ -68,8 +71,10 @@ async def stream_sse(session: aiohttp.ClientSession, url: str, body: dict,
                 return
             chunk = json.loads(data)
             if isinstance(chunk, dict) and "error" in chunk and "output_ids" not in chunk:
-                raise UpstreamError(chunk["error"].get("code", 500) if isinstance(
-                    chunk["error"], dict) else 500, chunk)  # fmt: skip
+                raise UpstreamError(
+                    chunk["error"].get("code", 500) if isinstance(chunk["error"], dict) else 500,
+                    chunk,
+                )
             if incremental and isinstance(chunk, dict) and "output_ids" in chunk:
                 reason = (chunk.get("meta_info") or {}).get("finish_reason") or {}
                 # SGLang's final chunk of an aborted incremental stream repeats the last id.

@@ -32,9 +32,19 @@ async def pump(stream, queue: asyncio.Queue, url: str, idle_limit, poll_s: float
                     if limit is None:  # the clock starts when a limit first applies
                         silent_since = time.monotonic()
                     elif not step.done() and time.monotonic() - silent_since > limit:
-                        raise UpstreamError(504, {"error": {"message": (
-                            f"{url} sent nothing for {limit:g} s "
-                            "(--upstream-idle-timeout-s)"), "code": 504}}, url)  # fmt: skip
+                        raise UpstreamError(
+                            504,
+                            {
+                                "error": {
+                                    "message": (
+                                        f"{url} sent nothing for {limit:g} s "
+                                        "(--upstream-idle-timeout-s)"
+                                    ),
+                                    "code": 504,
+                                }
+                            },
+                            url,
+                        )
             finally:
                 if not step.done():
                     step.cancel()
@@ -57,6 +67,7 @@ def _retrieve(future: asyncio.Future) -> None:
 def _as_upstream_error(exc: Exception, url: str) -> Exception:
     """An instance that cannot be reached or that broke its stream: a 502 naming it."""
     if isinstance(exc, aiohttp.ClientError | TimeoutError):
-        return UpstreamError(502, {"error": {"message": f"{url}: {type(exc).__name__}: {exc}",
-                                             "code": 502}}, url)  # fmt: skip
+        return UpstreamError(
+            502, {"error": {"message": f"{url}: {type(exc).__name__}: {exc}", "code": 502}}, url
+        )
     return exc

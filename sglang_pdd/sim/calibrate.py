@@ -85,8 +85,9 @@ def fit_nonnegative(columns: Mapping[str, Sequence[float]], y: Sequence[float]) 
     if best is None:  # every column alone has a negative slope: the zero model
         best = (float(np.sum(target**2)), np.zeros(len(names)))
     sse, coef = best
-    return LinearFit(names, tuple(float(c) for c in coef), math.sqrt(sse / len(target)),
-                     len(target))  # fmt: skip
+    return LinearFit(
+        names, tuple(float(c) for c in coef), math.sqrt(sse / len(target)), len(target)
+    )
 
 
 @dataclass(frozen=True)
@@ -150,8 +151,12 @@ class KnownHardware:
     max_decode_batch: int = 256
 
     def __post_init__(self) -> None:
-        for name in ("kv_bytes_per_token", "kv_capacity_tokens", "chunk_tokens",
-                     "max_decode_batch"):  # fmt: skip
+        for name in (
+            "kv_bytes_per_token",
+            "kv_capacity_tokens",
+            "chunk_tokens",
+            "max_decode_batch",
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
@@ -245,10 +250,15 @@ class Calibration:
     def engine(self) -> EngineProfile:
         """Efficiency 1 at any size; the fitted forward overhead; the testbed's chunk."""
         hw = self.hardware
-        return EngineProfile(mfu=1.0, mfu_half_tokens=0.0, mbu=1.0,
-                             step_overhead_s=forward_overhead_s(self.decode, hw),
-                             chunk_tokens=hw.chunk_tokens, max_decode_batch=hw.max_decode_batch,
-                             memory_reserve_fraction=0.0)  # fmt: skip
+        return EngineProfile(
+            mfu=1.0,
+            mfu_half_tokens=0.0,
+            mbu=1.0,
+            step_overhead_s=forward_overhead_s(self.decode, hw),
+            chunk_tokens=hw.chunk_tokens,
+            max_decode_batch=hw.max_decode_batch,
+            memory_reserve_fraction=0.0,
+        )
 
 
 def testbed_wan(bandwidth_mbps: float, one_way_delay_ms: float) -> LinkConfig:
@@ -257,8 +267,12 @@ def testbed_wan(bandwidth_mbps: float, one_way_delay_ms: float) -> LinkConfig:
         raise ValueError(f"--wan-mbps must be > 0, got {bandwidth_mbps!r}")
     if not one_way_delay_ms >= 0:
         raise ValueError(f"--wan-delay-ms must be >= 0, got {one_way_delay_ms!r}")
-    return LinkConfig(bandwidth_gbps=bandwidth_mbps / 1e3, rtt_s=2 * one_way_delay_ms / 1e3,
-                      jitter_s=0.0, max_flow_gbps=0.0)  # fmt: skip
+    return LinkConfig(
+        bandwidth_gbps=bandwidth_mbps / 1e3,
+        rtt_s=2 * one_way_delay_ms / 1e3,
+        jitter_s=0.0,
+        max_flow_gbps=0.0,
+    )
 
 
 def testbed_sim_config(
@@ -286,10 +300,15 @@ def testbed_sim_config(
             intra_rtt_s=intra,
             pipeline=pipeline,
             handoff=handoff,
-        ),  # fmt: skip
+        ),
     )
-    return SimConfig(chips={CHIP_NAME: cal.chip()}, contenders=contenders, model=cal.model(),
-                     engine=cal.engine(), block_tokens=block_tokens)  # fmt: skip
+    return SimConfig(
+        chips={CHIP_NAME: cal.chip()},
+        contenders=contenders,
+        model=cal.model(),
+        engine=cal.engine(),
+        block_tokens=block_tokens,
+    )
 
 
 def testbed_prompts(sessions, outputs: Mapping[tuple[int, int], Sequence[int]]) -> dict:

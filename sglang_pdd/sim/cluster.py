@@ -180,8 +180,9 @@ class ClusterSim:
         relay_load = min((r.load for r in self.relay), default=0.0)
         # The router decides at arrival with its estimate of the prefill; here the prefill is
         # over, so the time it took (queue included) is known exactly.
-        decision = self.pipeline_policy.decide(facts, self.link_model.estimate(), relay_load,
-                                               prefill_s=max(now - req.arrival_s, 0.0))  # fmt: skip
+        decision = self.pipeline_policy.decide(
+            facts, self.link_model.estimate(), relay_load, prefill_s=max(now - req.arrival_s, 0.0)
+        )
         rec.pipeline = decision.pipeline
         if decision.pipeline == PIPELINE_P_RLD and self.relay:
             self._send_local(req, self._to_relay)

@@ -44,8 +44,9 @@ def iter_sse(response: requests.Response):
         yield json.loads(data)
 
 
-def generate(url: str, body: dict, stream: bool = False, timeout: float = 600,
-             incremental: bool = False) -> GenerateResult:  # fmt: skip
+def generate(
+    url: str, body: dict, stream: bool = False, timeout: float = 600, incremental: bool = False
+) -> GenerateResult:
     """POST ``body`` to ``url/generate``; streaming collects every chunk. ``incremental``: the
     server streams only new ids and text (``--incremental-streaming-output``); the result's
     chunks and body are made cumulative, as SGLang's default stream is."""

@@ -94,15 +94,23 @@ def _cli(*args: str) -> list[str]:
 
 def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 600) -> PddCluster:
     """Launch the cluster's processes in ``group`` and wait until the router is healthy."""
-    common = dict(model_path=cfg.model_path, dtype=cfg.dtype,
-                  chunked_prefill_size=cfg.chunked_prefill_size,
-                  max_total_tokens=cfg.max_total_tokens)  # fmt: skip
+    common = dict(
+        model_path=cfg.model_path,
+        dtype=cfg.dtype,
+        chunked_prefill_size=cfg.chunked_prefill_size,
+        max_total_tokens=cfg.max_total_tokens,
+    )
     cpus_a, cpus_b = cfg.datacenter_cpus
     streams = ("--incremental-streaming-output",) if cfg.incremental_streams else ()
     streams += ("--pdd-seeded-sampling",) if cfg.seeded_sampling else ()
-    wan = ("--pdd-wan-bandwidth-mbps", str(cfg.wan.bandwidth_mbps),
-           "--pdd-wan-delay-ms", str(cfg.wan.one_way_delay_ms),
-           "--pdd-wan-jitter-ms", str(cfg.wan.jitter_ms))  # fmt: skip
+    wan = (
+        "--pdd-wan-bandwidth-mbps",
+        str(cfg.wan.bandwidth_mbps),
+        "--pdd-wan-delay-ms",
+        str(cfg.wan.one_way_delay_ms),
+        "--pdd-wan-jitter-ms",
+        str(cfg.wan.jitter_ms),
+    )
     prefill_args = ("--pdd-role", "prefill", "--pdd-wan-hosts", DATACENTER_B_HOST, *wan)
     if cfg.seeded_sampling:
         prefill_args += ("--pdd-seeded-sampling",)
@@ -111,29 +119,51 @@ def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 60
     specs, ports = [], []
     for i in range(cfg.mains):
         control_port, events_port = free_port(), free_port()
-        extra = ("--pdd-role", "main", "--pdd-control-port", str(control_port),
-                 "--pdd-control-host", "127.0.0.1",  # reached through the WAN proxies
-                 "--disaggregation-decode-enable-radix-cache", *streams)  # fmt: skip
+        extra = (
+            "--pdd-role",
+            "main",
+            "--pdd-control-port",
+            str(control_port),
+            "--pdd-control-host",
+            "127.0.0.1",  # reached through the WAN proxies
+            "--disaggregation-decode-enable-radix-cache",
+            *streams,
+        )
         if cfg.kv_events:
             extra += ("--kv-events-config", kv_events_config(events_port))
-        specs.append(ServerSpec(f"main{i}" if i else "main", role="decode",
-                                env=(("SGLANG_HOST_IP", DATACENTER_B_HOST),), extra_args=extra,
-                                cpus=cpus_b, **common))  # fmt: skip
+        specs.append(
+            ServerSpec(
+                f"main{i}" if i else "main",
+                role="decode",
+                env=(("SGLANG_HOST_IP", DATACENTER_B_HOST),),
+                extra_args=extra,
+                cpus=cpus_b,
+                **common,
+            )
+        )
         ports.append((control_port, events_port))
     prefill, relay, *mains = group.start(
         ServerSpec("prefill", role="prefill", extra_args=prefill_args, cpus=cpus_a, **common),
-        ServerSpec("relay", role="decode", extra_args=("--pdd-role", "relay", *streams),
-                   cpus=cpus_a, **common),
+        ServerSpec(
+            "relay",
+            role="decode",
+            extra_args=("--pdd-role", "relay", *streams),
+            cpus=cpus_a,
+            **common,
+        ),
         *specs,
         timeout=timeout,
-    )  # fmt: skip
+    )
     sites = []
     for i, (main, (control_port, events_port)) in enumerate(zip(mains, ports, strict=True)):
         tag = str(i) if i else ""
         http_url = start_wan_proxy(group, f"wan-http{tag}", main.port, cfg.wan)
         control_url = start_wan_proxy(group, f"wan-control{tag}", control_port, cfg.wan)
-        events_url = (start_wan_proxy(group, f"wan-kv-events{tag}", events_port, cfg.wan)
-                      if cfg.kv_events else None)  # fmt: skip
+        events_url = (
+            start_wan_proxy(group, f"wan-kv-events{tag}", events_port, cfg.wan)
+            if cfg.kv_events
+            else None
+        )
         sites.append(
             MainDecodeSite(
                 main,
@@ -150,8 +180,14 @@ def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 60
 
 def kv_events_config(port: int) -> str:
     """``--kv-events-config`` for a server publishing SGLang KV events on ``port`` (loopback)."""
-    return json.dumps({"publisher": "zmq", "endpoint": f"tcp://127.0.0.1:{port}", "bind": True,
-                       "topic": "kv-events"})  # fmt: skip
+    return json.dumps(
+        {
+            "publisher": "zmq",
+            "endpoint": f"tcp://127.0.0.1:{port}",
+            "bind": True,
+            "topic": "kv-events",
+        }
+    )
 
 
 def start_wan_proxy(group: ServerGroup, name: str, target_port: int, link: WanLinkConfig) -> str:
@@ -159,25 +195,47 @@ def start_wan_proxy(group: ServerGroup, name: str, target_port: int, link: WanLi
     return start_link_proxy(group, name, target_port, link).url
 
 
-def start_link_proxy(group: ServerGroup, name: str, target_port: int,
-                     link: WanLinkConfig) -> ServerProcess:  # fmt: skip
+def start_link_proxy(
+    group: ServerGroup, name: str, target_port: int, link: WanLinkConfig
+) -> ServerProcess:
     """Start a ``sglang-pdd wan-link`` proxy to ``127.0.0.1:target_port``; return its process
     (``.url``; ``.pause()`` freezes the proxy, ``.resume()`` lets it go on; ``.link(op)``
     stalls, drops, resets or restores the link through its command API)."""
     port, control = free_port(), free_port()
-    proxy = group.launch_command(name, _cli(
-        "wan-link", "--listen", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{target_port}",
-        "--bandwidth-mbps", str(link.bandwidth_mbps), "--delay-ms", str(link.one_way_delay_ms),
-        "--jitter-ms", str(link.jitter_ms), "--control", f"127.0.0.1:{control}"), port)  # fmt: skip
+    proxy = group.launch_command(
+        name,
+        _cli(
+            "wan-link",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--target",
+            f"127.0.0.1:{target_port}",
+            "--bandwidth-mbps",
+            str(link.bandwidth_mbps),
+            "--delay-ms",
+            str(link.one_way_delay_ms),
+            "--jitter-ms",
+            str(link.jitter_ms),
+            "--control",
+            f"127.0.0.1:{control}",
+        ),
+        port,
+    )
     proxy.control_url = f"http://127.0.0.1:{control}"
     group.wait_ready(proxy, timeout=60, path=None)  # the command API is up before the proxy
     return proxy
 
 
-def add_main_decode(group: ServerGroup, cluster: PddCluster, name: str,
-                    max_total_tokens: int | None = None, env: dict[str, str] | None = None,
-                    tp_size: int = 1, overlap_schedule: bool = False,
-                    extra_args: tuple[str, ...] = ()) -> MainDecodeSite:  # fmt: skip
+def add_main_decode(
+    group: ServerGroup,
+    cluster: PddCluster,
+    name: str,
+    max_total_tokens: int | None = None,
+    env: dict[str, str] | None = None,
+    tp_size: int = 1,
+    overlap_schedule: bool = False,
+    extra_args: tuple[str, ...] = (),
+) -> MainDecodeSite:
     """Start one more Main-Decode in datacenter B (behind its own WAN proxies), not yet known to
     any router: pass ``mains=`` to ``start_router``. ``max_total_tokens`` sizes its KV pool
     (default: the cluster's); ``env`` adds environment variables (SGLang's ``SGLANG_*`` knobs);
@@ -186,9 +244,15 @@ def add_main_decode(group: ServerGroup, cluster: PddCluster, name: str,
     ``extra_args`` go to its command line."""
     cfg = cluster.config
     control_port, events_port = free_port(), free_port()
-    extra = ("--pdd-role", "main", "--pdd-control-port", str(control_port),
-             "--pdd-control-host", "127.0.0.1",
-             "--disaggregation-decode-enable-radix-cache")  # fmt: skip
+    extra = (
+        "--pdd-role",
+        "main",
+        "--pdd-control-port",
+        str(control_port),
+        "--pdd-control-host",
+        "127.0.0.1",
+        "--disaggregation-decode-enable-radix-cache",
+    )
     if cfg.incremental_streams:
         extra += ("--incremental-streaming-output",)
     if cfg.seeded_sampling:
@@ -199,16 +263,24 @@ def add_main_decode(group: ServerGroup, cluster: PddCluster, name: str,
     env = dict(env or {})
     if tp_size > 1:  # a Main-Decode accepts it only when told the handoff is unverified
         extra += ("--tp-size", str(tp_size))
-        env.setdefault("SGLANG_CPU_OMP_THREADS_BIND", cpu_rank_binding(
-            cfg.datacenter_cpus[1], tp_size))  # fmt: skip
-    server, = group.start(ServerSpec(
-        name, role="decode", model_path=cfg.model_path, dtype=cfg.dtype,
-        chunked_prefill_size=cfg.chunked_prefill_size,
-        max_total_tokens=max_total_tokens or cfg.max_total_tokens,
-        env=(("SGLANG_HOST_IP", DATACENTER_B_HOST), *env.items()), extra_args=extra,
-        cpus=cfg.datacenter_cpus[1], overlap_schedule=overlap_schedule))  # fmt: skip
-    return _site(group, server, name, control_port, events_port if cfg.kv_events else None,
-                 cfg.wan)  # fmt: skip
+        env.setdefault(
+            "SGLANG_CPU_OMP_THREADS_BIND", cpu_rank_binding(cfg.datacenter_cpus[1], tp_size)
+        )
+    (server,) = group.start(
+        ServerSpec(
+            name,
+            role="decode",
+            model_path=cfg.model_path,
+            dtype=cfg.dtype,
+            chunked_prefill_size=cfg.chunked_prefill_size,
+            max_total_tokens=max_total_tokens or cfg.max_total_tokens,
+            env=(("SGLANG_HOST_IP", DATACENTER_B_HOST), *env.items()),
+            extra_args=extra,
+            cpus=cfg.datacenter_cpus[1],
+            overlap_schedule=overlap_schedule,
+        )
+    )
+    return _site(group, server, name, control_port, events_port if cfg.kv_events else None, cfg.wan)
 
 
 def cpu_rank_binding(cpus: str, ranks: int) -> str:
@@ -225,16 +297,20 @@ def cpu_rank_binding(cpus: str, ranks: int) -> str:
     else:
         cores = sorted(os.sched_getaffinity(0))
     share = len(cores) // ranks
-    groups = [cores] * ranks if share == 0 else [cores[i * share:(i + 1) * share]
-                                                  for i in range(ranks)]  # fmt: skip
+    groups = (
+        [cores] * ranks
+        if share == 0
+        else [cores[i * share : (i + 1) * share] for i in range(ranks)]
+    )
     return "|".join(",".join(map(str, group)) for group in groups)
 
 
 def _site(group, server, tag, control_port, events_port, wan) -> MainDecodeSite:
     http_url = start_wan_proxy(group, f"wan-http-{tag}", server.port, wan)
     control_url = start_wan_proxy(group, f"wan-control-{tag}", control_port, wan)
-    events_url = (start_wan_proxy(group, f"wan-kv-events-{tag}", events_port, wan)
-                  if events_port else None)  # fmt: skip
+    events_url = (
+        start_wan_proxy(group, f"wan-kv-events-{tag}", events_port, wan) if events_port else None
+    )
     return MainDecodeSite(
         server,
         http_url,
@@ -244,9 +320,15 @@ def _site(group, server, tag, control_port, events_port, wan) -> MainDecodeSite:
     )
 
 
-def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
-                 relay_url: str | None = None, mains: list[MainDecodeSite] | None = None,
-                 relays: list[str] | None = None, **overrides) -> ServerProcess:  # fmt: skip
+def start_router(
+    group: ServerGroup,
+    cluster: PddCluster,
+    name: str = "router",
+    relay_url: str | None = None,
+    mains: list[MainDecodeSite] | None = None,
+    relays: list[str] | None = None,
+    **overrides,
+) -> ServerProcess:
     """Start a(nother) router in front of ``cluster``; ``overrides`` replace config fields
     (``handoff_mode``, ``catchup_threshold``, ``catchup_chunk``, ``ttft_slo_s``,
     ``upstream_keepalive_s``, ``auto_relay_busy_fraction``, ``upstream_idle_timeout_s``,
@@ -256,44 +338,84 @@ def start_router(group: ServerGroup, cluster: PddCluster, name: str = "router",
     ``relay_url`` reaches Relay-Decode another way (e.g. through a slow proxy), ``relays`` lists
     several Relay-Decodes instead, ``mains`` replaces the Main-Decodes it routes to."""
     cfg = cluster.config
-    opts = {"handoff_mode": cfg.handoff_mode, "catchup_threshold": cfg.catchup_threshold,
-            "catchup_chunk": cfg.catchup_chunk, "ttft_slo_s": cfg.ttft_slo_s,
-            "upstream_keepalive_s": 2.0, "auto_relay_busy_fraction": 0.8,
-            "main_transfer_start": "with-prefill",
-            "incremental_streaming_output": cfg.incremental_streams,
-            "upstream_idle_timeout_s": 600.0, "seeded_sampling": cfg.seeded_sampling,
-            "api_key": None, "handoff_retry_s": 0.5, "migration_limit": 2,
-            "control_curve": None,
-            # Tests stall control links on purpose (SIGSTOP on a proxy) for as long as they
-            # need: a short control timeout would turn that into a dropped connection.
-            "control_timeout_s": 600.0}  # fmt: skip
+    opts = {
+        "handoff_mode": cfg.handoff_mode,
+        "catchup_threshold": cfg.catchup_threshold,
+        "catchup_chunk": cfg.catchup_chunk,
+        "ttft_slo_s": cfg.ttft_slo_s,
+        "upstream_keepalive_s": 2.0,
+        "auto_relay_busy_fraction": 0.8,
+        "main_transfer_start": "with-prefill",
+        "incremental_streaming_output": cfg.incremental_streams,
+        "upstream_idle_timeout_s": 600.0,
+        "seeded_sampling": cfg.seeded_sampling,
+        "api_key": None,
+        "handoff_retry_s": 0.5,
+        "migration_limit": 2,
+        "control_curve": None,
+        # Tests stall control links on purpose (SIGSTOP on a proxy) for as long as they
+        # need: a short control timeout would turn that into a dropped connection.
+        "control_timeout_s": 600.0,
+    }
     if unknown := set(overrides) - set(opts):
-        raise ValueError(f"start_router: unknown overrides {sorted(unknown)}; "
-                         f"accepted: {', '.join(sorted(opts))}")  # fmt: skip
+        raise ValueError(
+            f"start_router: unknown overrides {sorted(unknown)}; "
+            f"accepted: {', '.join(sorted(opts))}"
+        )
     opts.update(overrides)
     port = free_port()
-    router = group.launch_command(name, _cli(
-        "router", "--prefill", cluster.prefill.url,
-        *(f for url in (relays or [relay_url or cluster.relay.url]) for f in ("--relay", url)),
-        *_main_flags(mains or cluster.mains), "--port", str(port),
-        "--handoff-mode", opts["handoff_mode"],
-        "--catchup-threshold", str(opts["catchup_threshold"]),
-        "--catchup-chunk", str(opts["catchup_chunk"]),
-        "--ttft-slo-s", str(opts["ttft_slo_s"]),
-        "--upstream-keepalive-s", str(opts["upstream_keepalive_s"]),
-        "--auto-relay-busy-fraction", str(opts["auto_relay_busy_fraction"]),
-        "--main-transfer-start", opts["main_transfer_start"],
-        "--upstream-idle-timeout-s", str(opts["upstream_idle_timeout_s"]),
-        "--handoff-retry-s", str(opts["handoff_retry_s"]),
-        "--migration-limit", str(opts["migration_limit"]),
-        "--control-timeout-s", str(opts["control_timeout_s"]),
-        *(("--incremental-streaming-output",) if opts["incremental_streaming_output"] else ()),
-        *(("--seeded-sampling",) if opts["seeded_sampling"] else ()),
-        *(("--api-key", opts["api_key"]) if opts["api_key"] else ()),
-        *(("--control-curve-secret", str(opts["control_curve"][0]), "--control-curve-server",
-           str(opts["control_curve"][1])) if opts["control_curve"] else ()),
-        "--wan-bandwidth-mbps", str(cfg.wan.bandwidth_mbps),
-        "--wan-rtt-ms", str(2 * cfg.wan.one_way_delay_ms)), port)  # fmt: skip
+    router = group.launch_command(
+        name,
+        _cli(
+            "router",
+            "--prefill",
+            cluster.prefill.url,
+            *(f for url in (relays or [relay_url or cluster.relay.url]) for f in ("--relay", url)),
+            *_main_flags(mains or cluster.mains),
+            "--port",
+            str(port),
+            "--handoff-mode",
+            opts["handoff_mode"],
+            "--catchup-threshold",
+            str(opts["catchup_threshold"]),
+            "--catchup-chunk",
+            str(opts["catchup_chunk"]),
+            "--ttft-slo-s",
+            str(opts["ttft_slo_s"]),
+            "--upstream-keepalive-s",
+            str(opts["upstream_keepalive_s"]),
+            "--auto-relay-busy-fraction",
+            str(opts["auto_relay_busy_fraction"]),
+            "--main-transfer-start",
+            opts["main_transfer_start"],
+            "--upstream-idle-timeout-s",
+            str(opts["upstream_idle_timeout_s"]),
+            "--handoff-retry-s",
+            str(opts["handoff_retry_s"]),
+            "--migration-limit",
+            str(opts["migration_limit"]),
+            "--control-timeout-s",
+            str(opts["control_timeout_s"]),
+            *(("--incremental-streaming-output",) if opts["incremental_streaming_output"] else ()),
+            *(("--seeded-sampling",) if opts["seeded_sampling"] else ()),
+            *(("--api-key", opts["api_key"]) if opts["api_key"] else ()),
+            *(
+                (
+                    "--control-curve-secret",
+                    str(opts["control_curve"][0]),
+                    "--control-curve-server",
+                    str(opts["control_curve"][1]),
+                )
+                if opts["control_curve"]
+                else ()
+            ),
+            "--wan-bandwidth-mbps",
+            str(cfg.wan.bandwidth_mbps),
+            "--wan-rtt-ms",
+            str(2 * cfg.wan.one_way_delay_ms),
+        ),
+        port,
+    )
     # /get_model_info answers once the router has connected to every instance; its /health
     # would also probe them, which a deliberately slow link can push past the probe's timeout.
     group.wait_ready(router, timeout=120, path="/get_model_info", api_key=opts["api_key"])

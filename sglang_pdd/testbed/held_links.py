@@ -54,14 +54,18 @@ def ended_summary(result) -> str:
     if not isinstance(body, dict):
         return f"status {result.status}: {str(body)[:2000]}"
     meta = body.get("meta_info", {}) if isinstance(body.get("meta_info"), dict) else {}
-    shown = {"pdd": meta.get("pdd"), "finish_reason": meta.get("finish_reason"),
-             "completion_tokens": meta.get("completion_tokens"),
-             "error": body.get("error")}  # fmt: skip
+    shown = {
+        "pdd": meta.get("pdd"),
+        "finish_reason": meta.get("finish_reason"),
+        "completion_tokens": meta.get("completion_tokens"),
+        "error": body.get("error"),
+    }
     return f"status {result.status}: {shown}"
 
 
-def wait_for_record(router_url: str, rid: str, future: Future, done: Callable[[dict], bool],
-                    what: str) -> dict:  # fmt: skip
+def wait_for_record(
+    router_url: str, rid: str, future: Future, done: Callable[[dict], bool], what: str
+) -> dict:
     """Wait until the router's record of ``rid`` satisfies ``done``: its live record, or, once
     the request has ended (between two looks, on a slow machine), the final one in its answer;
     ``future`` is the request in flight (EndedEarly if it ended without satisfying ``done``)."""
@@ -80,9 +84,15 @@ def wait_for_record(router_url: str, rid: str, future: Future, done: Callable[[d
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def generate_acting_at(router_url: str, body: dict, *, stream: bool,
-                       when: Callable[[dict], bool], what: str,
-                       act: Callable[[], object]) -> GenerateResult:  # fmt: skip
+def generate_acting_at(
+    router_url: str,
+    body: dict,
+    *,
+    stream: bool,
+    when: Callable[[dict], bool],
+    what: str,
+    act: Callable[[], object],
+) -> GenerateResult:
     """Send ``body`` (with its ``rid``) through the router; once the router's record of it
     satisfies ``when`` (``what`` names that state), run ``act()`` (kill an instance, cut a
     link, drain) while the request is in flight; return the request's result."""
@@ -103,11 +113,18 @@ def wait_held(links: HeldLinks, future: Future, what: str) -> None:
             raise AssertionError(f"timed out waiting for {what}")
 
 
-def generate_with_handoff_at(router_url: str, links: HeldLinks, body: dict, *, stream: bool,
-                             relay_tokens: int, relay_more: int = 0,
-                             while_held: Callable[[str], None] | None = None,
-                             while_main_streams: Callable[[str], None] | None = None,
-                             may_end_on_relay: bool = False) -> GenerateResult:  # fmt: skip
+def generate_with_handoff_at(
+    router_url: str,
+    links: HeldLinks,
+    body: dict,
+    *,
+    stream: bool,
+    relay_tokens: int,
+    relay_more: int = 0,
+    while_held: Callable[[str], None] | None = None,
+    while_main_streams: Callable[[str], None] | None = None,
+    may_end_on_relay: bool = False,
+) -> GenerateResult:
     """Send ``body`` through the router so that MD takes over after exactly the first
     ``relay_tokens`` ids of RLD (or the first chunk of RLD's stream reaching that count).
 
@@ -131,14 +148,24 @@ def generate_with_handoff_at(router_url: str, links: HeldLinks, body: dict, *, s
                 while_held(rid)
             links.control.resume()
             if relay_more:
-                wait_for_record(router_url, rid, future, lambda r: r["handoff_chunks"] >= 1,
-                      "the first Catch-Up chunk")  # fmt: skip
+                wait_for_record(
+                    router_url,
+                    rid,
+                    future,
+                    lambda r: r["handoff_chunks"] >= 1,
+                    "the first Catch-Up chunk",
+                )
                 # RLD streams on (up to a new hold, so that it never finishes first) while
                 # MD catches up.
                 links.relay.advance(held + relay_more)
             try:
-                wait_for_record(router_url, rid, future, lambda r: r["main_tokens"] > 0,
-                      "Main-Decode's first token")  # fmt: skip
+                wait_for_record(
+                    router_url,
+                    rid,
+                    future,
+                    lambda r: r["main_tokens"] > 0,
+                    "Main-Decode's first token",
+                )
             except EndedEarly:
                 if not may_end_on_relay:
                     raise
@@ -151,8 +178,9 @@ def generate_with_handoff_at(router_url: str, links: HeldLinks, body: dict, *, s
         links.release()
 
 
-def generate_on_relay(router_url: str, links: HeldLinks, body: dict, *,
-                      stream: bool) -> GenerateResult:  # fmt: skip
+def generate_on_relay(
+    router_url: str, links: HeldLinks, body: dict, *, stream: bool
+) -> GenerateResult:
     """Send ``body`` with MD's control link stalled for the whole request: MD's ``ready``
     cannot reach the router, so Relay-Decode finishes the request."""
     links.control.pause()
@@ -168,8 +196,7 @@ def hold_links(group, cluster, site, name: str, relay_url: str | None = None) ->
     socket of Main-Decode ``site``."""
     from sglang_pdd.testbed.cluster import start_link_proxy
 
-    control = start_link_proxy(group, f"held-control-{name}", site.control_port,
-                               cluster.config.wan)  # fmt: skip
+    control = start_link_proxy(group, f"held-control-{name}", site.control_port, cluster.config.wan)
     return HeldLinks(RelayGate(relay_url or cluster.relay.url), control)
 
 
@@ -182,5 +209,6 @@ def start_held_router(group, cluster, site, links: HeldLinks, name: str, **overr
     from sglang_pdd.testbed.cluster import start_router
 
     site = replace(site, control_via_wan=links.control.url.replace("http://", "tcp://"))
-    return start_router(group, cluster, name=name, relay_url=links.relay.url, mains=[site],
-                        **overrides)  # fmt: skip
+    return start_router(
+        group, cluster, name=name, relay_url=links.relay.url, mains=[site], **overrides
+    )

@@ -27,14 +27,17 @@ ROLES = ("colocated", "prefill", "decode")
 
 # Flags SGLang's CPU engine needs on a machine without a GPU (see docs/cpu.md).
 CPU_FLAGS = (
-    "--device", "cpu",
-    "--attention-backend", "torch_native",
-    "--sampling-backend", "pytorch",
+    "--device",
+    "cpu",
+    "--attention-backend",
+    "torch_native",
+    "--sampling-backend",
+    "pytorch",
     "--disable-overlap-schedule",
     "--disable-cuda-graph",
     "--skip-server-warmup",
     "--sleep-on-idle",  # an idle scheduler otherwise spins a core; tests run many servers
-)  # fmt: skip
+)
 CPU_ENV = {
     "SGLANG_USE_CPU_ENGINE": "1",
     "MOONCAKE_PROTOCOL": "tcp",
@@ -77,8 +80,7 @@ class ServerSpec:
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"role={self.role!r}: accepted values are {', '.join(ROLES)}")
-        if self.cpus and not all(part.replace("-", "").isdigit()
-                                 for part in self.cpus.split(",")):  # fmt: skip
+        if self.cpus and not all(part.replace("-", "").isdigit() for part in self.cpus.split(",")):
             raise ValueError(f"cpus={self.cpus!r}: give a core list like 0 or 0-1 or 0,2")
 
 
@@ -155,22 +157,36 @@ def _signal_group(pgid: int, sig: int) -> None:
 def build_command(spec: ServerSpec, port: int, nccl_port: int, bootstrap_port: int | None):
     """The ``python -m sglang.launch_server`` command line for ``spec``."""
     cmd = [
-        sys.executable, "-m", "sglang.launch_server",
-        "--model-path", spec.model_path,
-        "--host", "127.0.0.1", "--port", str(port), "--nccl-port", str(nccl_port),
-        "--dtype", spec.dtype,
-        "--max-total-tokens", str(spec.max_total_tokens),
-        "--chunked-prefill-size", str(spec.chunked_prefill_size),
-        "--log-level", "info",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        spec.model_path,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--nccl-port",
+        str(nccl_port),
+        "--dtype",
+        spec.dtype,
+        "--max-total-tokens",
+        str(spec.max_total_tokens),
+        "--chunked-prefill-size",
+        str(spec.chunked_prefill_size),
+        "--log-level",
+        "info",
+    ]
     if spec.cpu:
         skip = {"--disable-overlap-schedule"} if spec.overlap_schedule else set()
         cmd += [flag for flag in CPU_FLAGS if flag not in skip]
     if spec.role != "colocated":
         cmd += [
-            "--disaggregation-mode", spec.role,
-            "--disaggregation-transfer-backend", "mooncake",
-        ]  # fmt: skip
+            "--disaggregation-mode",
+            spec.role,
+            "--disaggregation-transfer-backend",
+            "mooncake",
+        ]
     if spec.role == "prefill":
         cmd += ["--disaggregation-bootstrap-port", str(bootstrap_port)]
     if (
@@ -217,8 +233,9 @@ class ServerGroup:
         self.servers.append(server)
         return server
 
-    def _spawn(self, spec: ServerSpec, port: int, bootstrap_port: int | None,
-               log_mode: str) -> ServerProcess:  # fmt: skip
+    def _spawn(
+        self, spec: ServerSpec, port: int, bootstrap_port: int | None, log_mode: str
+    ) -> ServerProcess:
         env = {**os.environ, **(CPU_ENV if spec.cpu else {}), **dict(spec.env)}
         if spec.cpus:
             env["OMP_NUM_THREADS"] = str(core_count(spec.cpus))
@@ -253,14 +270,20 @@ class ServerGroup:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{name}.log"
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)  # fmt: skip
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         server = ServerProcess(None, port, log_path, proc, name=name)
         self.servers.append(server)
         return server
 
-    def wait_ready(self, server: ServerProcess, timeout: float = 300.0,
-                   path: str | None = "/health", api_key: str | None = None) -> None:  # fmt: skip
+    def wait_ready(
+        self,
+        server: ServerProcess,
+        timeout: float = 300.0,
+        path: str | None = "/health",
+        api_key: str | None = None,
+    ) -> None:
         """Block until ``server`` answers ``path`` (or accepts TCP when ``path`` is None),
         presenting ``api_key`` as a bearer token when given."""
         name = server.name

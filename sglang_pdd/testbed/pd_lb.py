@@ -26,8 +26,11 @@ async def _generate(request: web.Request) -> web.StreamResponse:
     cfg, session = request.app[_CFG], request.app[_SESSION]
     body = await request.json()
     host = cfg.prefill.split("://", 1)[1].rsplit(":", 1)[0]
-    body.update(bootstrap_host=host, bootstrap_port=cfg.bootstrap_port,
-                bootstrap_room=random.getrandbits(63))  # fmt: skip
+    body.update(
+        bootstrap_host=host,
+        bootstrap_port=cfg.bootstrap_port,
+        bootstrap_room=random.getrandbits(63),
+    )
 
     async def prefill():
         async with session.post(f"{cfg.prefill}/generate", json={**body, "stream": False}) as r:
@@ -40,10 +43,12 @@ async def _generate(request: web.Request) -> web.StreamResponse:
                 payload = await upstream.read()
                 status, prefill_payload = await prefill_task
                 if upstream.status == 200 or status == 200:
-                    return web.Response(body=payload, status=upstream.status,
-                                        content_type="application/json")  # fmt: skip
-                return web.Response(body=prefill_payload, status=status,
-                                    content_type="application/json")  # fmt: skip
+                    return web.Response(
+                        body=payload, status=upstream.status, content_type="application/json"
+                    )
+                return web.Response(
+                    body=prefill_payload, status=status, content_type="application/json"
+                )
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
             async for chunk in upstream.content.iter_any():

@@ -109,13 +109,16 @@ class RelayGate:
         if gated:
             self._armed_for_next = False
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
-        async with self._session.request(request.method, self.target + request.path_qs,
-                                         data=body, headers=headers) as upstream:  # fmt: skip
-            out_headers = {k: v for k, v in upstream.headers.items()
-                           if k.lower() not in _HOP_HEADERS}  # fmt: skip
+        async with self._session.request(
+            request.method, self.target + request.path_qs, data=body, headers=headers
+        ) as upstream:
+            out_headers = {
+                k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_HEADERS
+            }
             if request.path != "/generate":
-                return web.Response(status=upstream.status, body=await upstream.read(),
-                                    headers=out_headers)  # fmt: skip
+                return web.Response(
+                    status=upstream.status, body=await upstream.read(), headers=out_headers
+                )
             # Every /generate streams through as it comes; only the armed one (or, after
             # hold_every, each one) may be held.
             resp = web.StreamResponse(status=upstream.status, headers=out_headers)

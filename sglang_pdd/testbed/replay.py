@@ -44,9 +44,22 @@ def _result(sid, k, turn, prompt, at, late, res: GenerateResult) -> RequestResul
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     meta = res.body.get("meta_info") or {}
     error = "" if res.status == 200 else str(res.body)[:300]
-    return RequestResult(sid, k, turn.kind, len(prompt), at, late, res.status, res.ttft_s,
-                         res.latency_s, gaps, list(res.body.get("output_ids") or ()),
-                         meta.get("pdd"), error, list(prompt))  # fmt: skip
+    return RequestResult(
+        sid,
+        k,
+        turn.kind,
+        len(prompt),
+        at,
+        late,
+        res.status,
+        res.ttft_s,
+        res.latency_s,
+        gaps,
+        list(res.body.get("output_ids") or ()),
+        meta.get("pdd"),
+        error,
+        list(prompt),
+    )
 
 
 def run_workload(
@@ -92,8 +105,9 @@ def run_workload(
                 time.sleep(delay)
             prompt = history + list(turn.new_ids)
             if turn.kind == "side":
-                th = threading.Thread(target=call, args=(session.sid, k, turn, prompt,
-                                                         turn.at_s), daemon=True)  # fmt: skip
+                th = threading.Thread(
+                    target=call, args=(session.sid, k, turn, prompt, turn.at_s), daemon=True
+                )
                 th.start()
                 side_threads.append(th)
                 continue

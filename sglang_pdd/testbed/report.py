@@ -53,8 +53,12 @@ class ContenderSummary:
         return {**asdict(self), "relay_share": self.relay_share}
 
 
-def summarize(name: str, results: list[RequestResult], wan_bytes: int | None = None,
-              duplicate_transfers: int | None = None) -> ContenderSummary:  # fmt: skip
+def summarize(
+    name: str,
+    results: list[RequestResult],
+    wan_bytes: int | None = None,
+    duplicate_transfers: int | None = None,
+) -> ContenderSummary:
     ok = [r for r in results if r.status == 200]
     gaps = [g for r in ok for g in r.gaps_s]
     records = [r.record for r in ok if r.record]
@@ -65,23 +69,33 @@ def summarize(name: str, results: list[RequestResult], wan_bytes: int | None = N
         for rec in records:
             pipelines[rec["pipeline"]] = pipelines.get(rec["pipeline"], 0) + 1
     return ContenderSummary(
-        name=name, requests=len(results), errors=len(results) - len(ok),
-        ttft_p50=pct([r.ttft_s for r in ok], 50), ttft_p90=pct([r.ttft_s for r in ok], 90),
+        name=name,
+        requests=len(results),
+        errors=len(results) - len(ok),
+        ttft_p50=pct([r.ttft_s for r in ok], 50),
+        ttft_p90=pct([r.ttft_s for r in ok], 90),
         ttft_p99=pct([r.ttft_s for r in ok], 99),
-        itl_p50=pct(gaps, 50), itl_p90=pct(gaps, 90), itl_p99=pct(gaps, 99),
-        e2e_p50=pct([r.e2e_s for r in ok], 50), e2e_p90=pct([r.e2e_s for r in ok], 90),
+        itl_p50=pct(gaps, 50),
+        itl_p90=pct(gaps, 90),
+        itl_p99=pct(gaps, 99),
+        e2e_p50=pct([r.e2e_s for r in ok], 50),
+        e2e_p90=pct([r.e2e_s for r in ok], 90),
         e2e_p99=pct([r.e2e_s for r in ok], 99),
         late_sends=sum(1 for r in results if r.late_s > 0.05),
-        output_tokens=sum(len(r.output_ids) for r in ok), relay_tokens=relay,
-        wan_bytes=wan_bytes, duplicate_transfers=duplicate_transfers, pipelines=pipelines,
+        output_tokens=sum(len(r.output_ids) for r in ok),
+        relay_tokens=relay,
+        wan_bytes=wan_bytes,
+        duplicate_transfers=duplicate_transfers,
+        pipelines=pipelines,
         main_ready_p50=pct([rec.get("main_ready_s") for rec in records], 50),
         main_ready_p90=pct([rec.get("main_ready_s") for rec in records], 90),
         handoff_stall_p50=pct([rec.get("handoff_stall_s") for rec in records], 50),
         handoff_gap_p99=pct([g for rec in records for g in rec.get("handoff_gaps_s", [])], 99),
         relay_ids_dropped=sum(rec.get("relay_ids_dropped", 0) for rec in records)
-        if records else None,
+        if records
+        else None,
         phases=mean_phases(records) if records else None,
-    )  # fmt: skip
+    )
 
 
 def mean_phases(records: list[dict]) -> dict[str, dict[str, float]]:
@@ -108,8 +122,11 @@ def mean_phases(records: list[dict]) -> dict[str, dict[str, float]]:
 def identical_outputs(results: list[RequestResult], reference: list[RequestResult]) -> tuple:
     """(equal, compared): requests whose output ids equal the reference's for the same turn."""
     ref = {(r.sid, r.turn): r.output_ids for r in reference if r.status == 200}
-    pairs = [(r.output_ids, ref[(r.sid, r.turn)]) for r in results
-             if r.status == 200 and (r.sid, r.turn) in ref]  # fmt: skip
+    pairs = [
+        (r.output_ids, ref[(r.sid, r.turn)])
+        for r in results
+        if r.status == 200 and (r.sid, r.turn) in ref
+    ]
     return sum(a == b for a, b in pairs), len(pairs)
 
 
@@ -120,9 +137,11 @@ def _f(v, scale=1.0, digits=2) -> str:
 def table(summaries: list[ContenderSummary], baseline: str | None = None) -> str:
     """A fixed-width table of the summaries, with TTFT ratios against ``baseline``."""
     base = next((s for s in summaries if s.name == baseline), None)
-    head = (f"{'contender':<16} {'n':>4} {'err':>3} {'TTFT p50':>8} {'p90':>5} {'p99':>5} "
-            f"{'ITL p50':>7} {'p90':>6} {'p99':>6} {'E2E p50':>7} {'p90':>5} {'p99':>5} "
-            f"{'RLD%':>5} {'WAN MB':>6} {'dup':>3} {'late':>4}")  # fmt: skip
+    head = (
+        f"{'contender':<16} {'n':>4} {'err':>3} {'TTFT p50':>8} {'p90':>5} {'p99':>5} "
+        f"{'ITL p50':>7} {'p90':>6} {'p99':>6} {'E2E p50':>7} {'p90':>5} {'p99':>5} "
+        f"{'RLD%':>5} {'WAN MB':>6} {'dup':>3} {'late':>4}"
+    )
     lines = [head, "-" * len(head)]
     for s in summaries:
         lines.append(
@@ -133,14 +152,16 @@ def table(summaries: list[ContenderSummary], baseline: str | None = None) -> str
             f"{_f(s.wan_bytes and s.wan_bytes / 1e6):>6} "
             f"{'-' if s.duplicate_transfers is None else s.duplicate_transfers:>3} "
             f"{s.late_sends:>4}"
-        )  # fmt: skip
+        )
     for s in summaries:
         if s.pipelines:
-            lines.append(f"{s.name}: pipelines {s.pipelines}; MD ready p50 {_f(s.main_ready_p50)}s "
-                         f"p90 {_f(s.main_ready_p90)}s; handoff stall p50 "
-                         f"{_f(s.handoff_stall_p50, 1000, 0)}ms; handoff gap p99 "
-                         f"{_f(s.handoff_gap_p99, 1000, 0)}ms; RLD ids dropped "
-                         f"{s.relay_ids_dropped}")  # fmt: skip
+            lines.append(
+                f"{s.name}: pipelines {s.pipelines}; MD ready p50 {_f(s.main_ready_p50)}s "
+                f"p90 {_f(s.main_ready_p90)}s; handoff stall p50 "
+                f"{_f(s.handoff_stall_p50, 1000, 0)}ms; handoff gap p99 "
+                f"{_f(s.handoff_gap_p99, 1000, 0)}ms; RLD ids dropped "
+                f"{s.relay_ids_dropped}"
+            )
         for pipeline, row in (s.phases or {}).items():
             parts = ", ".join(f"{k} {v:.2f}s" for k, v in row.items() if k != "requests")
             lines.append(f"  {s.name} {pipeline} ({row['requests']} requests), mean: {parts}")
@@ -157,14 +178,17 @@ def ratios(s: ContenderSummary, base: ContenderSummary) -> str:
     """TTFT, ITL and E2E P50/P90/P99 of ``s`` over ``base``'s."""
     parts = []
     for metric in ("ttft", "itl", "e2e"):
-        values = [_ratio(getattr(s, f"{metric}_p{q}"), getattr(base, f"{metric}_p{q}"))
-                  for q in (50, 90, 99)]  # fmt: skip
+        values = [
+            _ratio(getattr(s, f"{metric}_p{q}"), getattr(base, f"{metric}_p{q}"))
+            for q in (50, 90, 99)
+        ]
         parts.append(f"{metric.upper()} p50/p90/p99 {' '.join(values)}")
     return "; ".join(parts)
 
 
-def phase_plot(phases: dict[str, dict[str, float]], baselines: dict[str, float], path: str,
-               title: str) -> None:  # fmt: skip
+def phase_plot(
+    phases: dict[str, dict[str, float]], baselines: dict[str, float], path: str, title: str
+) -> None:
     """Write a PNG: per PDD pipeline, a stacked bar of its mean E2E by phase, beside each
     baseline's mean E2E (e.g. cross-DC PD's), so that PDD's extra time is visible."""
     import matplotlib

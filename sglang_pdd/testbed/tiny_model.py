@@ -21,8 +21,15 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
-SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|end|>", "<|system|>", "<|user|>",
-                  "<|assistant|>"]  # fmt: skip
+SPECIAL_TOKENS = [
+    "<|bos|>",
+    "<|eos|>",
+    "<|pad|>",
+    "<|end|>",
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+]
 _WORDS = (
     "the of and to in is that for it as was with be by on not he this are or his from at which "
     "but have an they you were her she there been one all we their has would when if so no what "
@@ -100,9 +107,11 @@ def _write_tokenizer(cfg: TinyModelConfig, out: Path) -> None:
     tok.train_from_iterator(_corpus(cfg.seed), trainer=trainer)
     if (got := tok.get_vocab_size()) != cfg.vocab:
         # The corpus is a small word list: BPE runs out of merges before a large vocabulary.
-        raise ValueError(f"--vocab {cfg.vocab}: the generated tokenizer's corpus yields {got} "
-                         f"tokens (256 bytes, {len(SPECIAL_TOKENS)} specials and every merge of "
-                         f"its word list); ask for --vocab {got} or less")  # fmt: skip
+        raise ValueError(
+            f"--vocab {cfg.vocab}: the generated tokenizer's corpus yields {got} "
+            f"tokens (256 bytes, {len(SPECIAL_TOKENS)} specials and every merge of "
+            f"its word list); ask for --vocab {got} or less"
+        )
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token="<|bos|>",
@@ -179,11 +188,18 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         cfg = TinyModelConfig(
-            layers=args.layers, hidden=args.hidden, heads=args.heads, kv_heads=args.kv_heads,
-            vocab=args.vocab, intermediate=args.intermediate, max_positions=args.max_positions,
-            seed=args.seed, init_std=args.init_std, logit_scale=args.logit_scale,
+            layers=args.layers,
+            hidden=args.hidden,
+            heads=args.heads,
+            kv_heads=args.kv_heads,
+            vocab=args.vocab,
+            intermediate=args.intermediate,
+            max_positions=args.max_positions,
+            seed=args.seed,
+            init_std=args.init_std,
+            logit_scale=args.logit_scale,
             attention_sharpness=args.attention_sharpness,
-        )  # fmt: skip
+        )
     except ValueError as exc:
         parser.error(str(exc))
     try:

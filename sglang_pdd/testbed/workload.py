@@ -100,8 +100,12 @@ def agentic_sessions(cfg: AgenticConfig) -> tuple[Session, ...]:
                 turn = Turn(at, _tokens(rng, cfg.user_tokens), _output(rng, cfg))
             side = None
             if rng.random() < cfg.side_call_fraction:
-                side = Turn(at + cfg.turn_interval_s / 2, _tokens(rng, cfg.user_tokens),
-                            cfg.side_call_output_tokens, "side")  # fmt: skip
+                side = Turn(
+                    at + cfg.turn_interval_s / 2,
+                    _tokens(rng, cfg.user_tokens),
+                    cfg.side_call_output_tokens,
+                    "side",
+                )
             history += len(turn.new_ids) + turn.max_new_tokens
             if history > cfg.max_context_tokens:
                 break
@@ -137,8 +141,9 @@ class TraceConfig:
 
     def __post_init__(self) -> None:
         if self.requests < 1 or self.block_tokens < 1 or self.speed <= 0:
-            raise ValueError("--trace-requests and --trace-block-tokens must be >= 1, "
-                             "--trace-speed > 0")  # fmt: skip
+            raise ValueError(
+                "--trace-requests and --trace-block-tokens must be >= 1, --trace-speed > 0"
+            )
         if not Path(self.path).is_file():
             raise ValueError(f"--trace {self.path!r} is not a file")
 

@@ -55,8 +55,12 @@ class KvLinkFaults:
             return text
         if text != self._bad:
             self._bad = text
-            logger.error("sglang-pdd: %s holds %r, not one of %s: the link stays up",
-                         self.path, text, ", ".join(STATES))  # fmt: skip
+            logger.error(
+                "sglang-pdd: %s holds %r, not one of %s: the link stays up",
+                self.path,
+                text,
+                ", ".join(STATES),
+            )
         return "up"
 
     def admit(self) -> bool:
@@ -68,8 +72,11 @@ class KvLinkFaults:
                 logger.warning("sglang-pdd: emulated WAN stalled (%s): KV writes wait", self.path)
             time.sleep(self.poll_s)
         if stalled_since is not None:
-            logger.warning("sglang-pdd: emulated WAN %s after a %.1f s stall", state,
-                           time.monotonic() - stalled_since)  # fmt: skip
+            logger.warning(
+                "sglang-pdd: emulated WAN %s after a %.1f s stall",
+                state,
+                time.monotonic() - stalled_since,
+            )
         return state != "drop"
 
     def wait_until(self, arrival: float) -> bool:

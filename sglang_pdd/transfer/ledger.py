@@ -65,15 +65,24 @@ class TransferLedger:
             ok = faults is None or faults.admit()
         waited = time.monotonic() - start
         if not ok:
-            logger.warning("sglang-pdd: kv-transfer to=%s bytes=%d failed after %.1f s: the "
-                           "emulated WAN is dropped (%s)", session_id, nbytes, waited,
-                           cfg.wan_fault_file)  # fmt: skip
+            logger.warning(
+                "sglang-pdd: kv-transfer to=%s bytes=%d failed after %.1f s: the "
+                "emulated WAN is dropped (%s)",
+                session_id,
+                nbytes,
+                waited,
+                cfg.wan_fault_file,
+            )
             return False
         if cfg.log_transfers:
             logger.info(
                 "sglang-pdd: kv-transfer to=%s bytes=%d total=%d wan=%s waited_s=%.3f",
-                session_id, nbytes, total, wan, waited,
-            )  # fmt: skip
+                session_id,
+                nbytes,
+                total,
+                wan,
+                waited,
+            )
         return True
 
 

@@ -54,8 +54,9 @@ class LinkFaults:
 
     def set_state(self, state: str) -> None:
         if state not in (UP, STALLED, DROPPING):
-            raise ValueError(f"link state {state!r}: accepted values are {UP}, {STALLED}, "
-                             f"{DROPPING}")  # fmt: skip
+            raise ValueError(
+                f"link state {state!r}: accepted values are {UP}, {STALLED}, {DROPPING}"
+            )
         self.state = state
         if state == STALLED:
             self._flowing.clear()
@@ -80,8 +81,7 @@ class LinkFaults:
         return count
 
     def describe(self) -> dict:
-        return {"state": self.state, "connections": len(self._connections),
-                "resets": self.resets}  # fmt: skip
+        return {"state": self.state, "connections": len(self._connections), "resets": self.resets}
 
 
 def control_app(faults: LinkFaults) -> web.Application:

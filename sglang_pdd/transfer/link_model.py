@@ -38,8 +38,9 @@ class LinkModelConfig:
     prior_weight: float = 2.0
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.prior_bandwidth_bytes_per_s) and
-                self.prior_bandwidth_bytes_per_s > 0):  # fmt: skip
+        if not (
+            math.isfinite(self.prior_bandwidth_bytes_per_s) and self.prior_bandwidth_bytes_per_s > 0
+        ):
             raise ValueError("prior_bandwidth_bytes_per_s must be > 0")
         if not (math.isfinite(self.prior_rtt_s) and self.prior_rtt_s >= 0):
             raise ValueError("prior_rtt_s must be >= 0")

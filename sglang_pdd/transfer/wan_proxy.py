@@ -61,8 +61,14 @@ async def _pump(reader, writer, link: WanLink, faults: LinkFaults) -> None:
 class WanProxy:
     """Listen on ``listen_host:listen_port``; forward to ``target`` over the emulated link."""
 
-    def __init__(self, listen_host: str, listen_port: int, target_host: str, target_port: int,
-                 config: WanLinkConfig) -> None:  # fmt: skip
+    def __init__(
+        self,
+        listen_host: str,
+        listen_port: int,
+        target_host: str,
+        target_port: int,
+        config: WanLinkConfig,
+    ) -> None:
         self.listen = (listen_host, listen_port)
         self.target = (target_host, target_port)
         self.config = config
@@ -120,9 +126,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--bandwidth-mbps", type=float, default=100.0)
     parser.add_argument("--delay-ms", type=float, default=20.0, help="one-way delay")
     parser.add_argument("--jitter-ms", type=float, default=0.0)
-    parser.add_argument("--control", default=None,
-                        help="HOST:PORT for the link's command API: POST /stall, /drop, /reset, "
-                             "/restore; GET /state (default: none)")  # fmt: skip
+    parser.add_argument(
+        "--control",
+        default=None,
+        help="HOST:PORT for the link's command API: POST /stall, /drop, /reset, "
+        "/restore; GET /state (default: none)",
+    )
     args = parser.parse_args(argv)
     try:
         config = WanLinkConfig(args.bandwidth_mbps, args.delay_ms, args.jitter_ms)

@@ -7,8 +7,14 @@ from sglang_pdd.router.kv_events import decode_batch
 
 
 def stored(hashes, parent, tokens, size=1):
-    return {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent,
-            "token_ids": tokens, "block_size": size, "lora_id": None}  # fmt: skip
+    return {
+        "type": "BlockStored",
+        "block_hashes": hashes,
+        "parent_block_hash": parent,
+        "token_ids": tokens,
+        "block_size": size,
+        "lora_id": None,
+    }
 
 
 def test_stores_chain_into_prefixes_and_removal_cuts_the_subtree():

@@ -136,6 +136,7 @@ def test_the_stand_in_registers_murmur_with_torch():
         "got = torch.ops.sgl_kernel.murmur_hash32_cpu.default(*args)\n"
         "assert torch.equal(got, ops.murmur_hash32_cpu(*args)), got\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr

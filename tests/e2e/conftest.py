@@ -23,11 +23,18 @@ def pytest_runtest_makereport(item, call):
     if report.when != "call" or not report.failed or group is None:
         return
     for server in group.servers:
-        lines = [line for line in server.log_text().splitlines()
-                 if any(word in line for word in _NOTABLE)]  # fmt: skip
+        lines = [
+            line
+            for line in server.log_text().splitlines()
+            if any(word in line for word in _NOTABLE)
+        ]
         if lines:
-            report.sections.append((f"log of {server.name} (notable lines)",
-                                    "\n".join(line[:400] for line in lines[-15:])))  # fmt: skip
+            report.sections.append(
+                (
+                    f"log of {server.name} (notable lines)",
+                    "\n".join(line[:400] for line in lines[-15:]),
+                )
+            )
 
 
 @pytest.fixture(scope="session")
@@ -106,10 +113,17 @@ def _held_router(server_group, pdd_cluster, held_links, name, **overrides):
 
     from sglang_pdd.testbed.cluster import start_router
 
-    site = replace(pdd_cluster.mains[0],
-                   control_via_wan=held_links.control.url.replace("http://", "tcp://"))  # fmt: skip
-    return start_router(server_group, pdd_cluster, name=name, relay_url=held_links.relay.url,
-                        mains=[site], **overrides)  # fmt: skip
+    site = replace(
+        pdd_cluster.mains[0], control_via_wan=held_links.control.url.replace("http://", "tcp://")
+    )
+    return start_router(
+        server_group,
+        pdd_cluster,
+        name=name,
+        relay_url=held_links.relay.url,
+        mains=[site],
+        **overrides,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -122,15 +136,28 @@ def held_router(server_group, pdd_cluster, held_links):
 def impatient_router(server_group, pdd_cluster, held_links):
     """A One-Shot router that ends a request whose decoding instance is silent for 2 s (and
     does not migrate it: what the limit itself does is under test)."""
-    return _held_router(server_group, pdd_cluster, held_links, "router-impatient",
-                        upstream_idle_timeout_s=2.0, migration_limit=0)  # fmt: skip
+    return _held_router(
+        server_group,
+        pdd_cluster,
+        held_links,
+        "router-impatient",
+        upstream_idle_timeout_s=2.0,
+        migration_limit=0,
+    )
 
 
 @pytest.fixture(scope="session")
 def catchup_router(server_group, pdd_cluster, held_links):
     """A Catch-Up router on the cluster's instances, over ``held_links``."""
-    return _held_router(server_group, pdd_cluster, held_links, "router-catchup",
-                        handoff_mode="catch-up", catchup_threshold=4, catchup_chunk=64)  # fmt: skip
+    return _held_router(
+        server_group,
+        pdd_cluster,
+        held_links,
+        "router-catchup",
+        handoff_mode="catch-up",
+        catchup_threshold=4,
+        catchup_chunk=64,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -164,9 +191,16 @@ def small_relay_links(small_relay, held_links):
 @pytest.fixture(scope="module")
 def auto_router(server_group, pdd_cluster, small_relay_links):
     """An auto-handoff router on the small relay: Catch-Up below half load, One-Shot above."""
-    yield _held_router(server_group, pdd_cluster, small_relay_links, "router-auto",
-                       handoff_mode="auto", catchup_threshold=4, catchup_chunk=64,
-                       auto_relay_busy_fraction=0.5)  # fmt: skip
+    yield _held_router(
+        server_group,
+        pdd_cluster,
+        small_relay_links,
+        "router-auto",
+        handoff_mode="auto",
+        catchup_threshold=4,
+        catchup_chunk=64,
+        auto_relay_busy_fraction=0.5,
+    )
     server_group.stop_named("router-auto")
 
 
@@ -176,6 +210,7 @@ def two_mains_router(server_group, pdd_cluster):
     from sglang_pdd.testbed.cluster import add_main_decode, start_router
 
     second = add_main_decode(server_group, pdd_cluster, "main-b")
-    yield start_router(server_group, pdd_cluster, name="router-two-mains",
-                       mains=[pdd_cluster.mains[0], second])  # fmt: skip
+    yield start_router(
+        server_group, pdd_cluster, name="router-two-mains", mains=[pdd_cluster.mains[0], second]
+    )
     server_group.stop_named("router-two-mains", "main-b")

@@ -31,9 +31,10 @@ def _wait_for(predicate, what: str, timeout: float = 120):
 
 
 def _greedy(ids, budget):
-    return {"input_ids": list(ids), "sampling_params": {"temperature": 0.0,
-                                                        "max_new_tokens": budget,
-                                                        "ignore_eos": True}}  # fmt: skip
+    return {
+        "input_ids": list(ids),
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": budget, "ignore_eos": True},
+    }
 
 
 def test_concurrent_sessions_match_colocated_without_duplicate_transfers(pdd_cluster, colocated):
@@ -43,10 +44,22 @@ def test_concurrent_sessions_match_colocated_without_duplicate_transfers(pdd_clu
     router = pdd_cluster.router_url
     wait_router_settled(router)
     before = next(iter(_info(router)["mains"].values()))
-    sessions = agentic_sessions(AgenticConfig(
-        sessions=4, turns=3, system_tokens=600, context_tokens=300, user_tokens=20,
-        tool_tokens=60, cold_fraction=0.0, side_call_fraction=0.0, output_tokens=48,
-        turn_interval_s=0.1, stagger_s=0.0, seed=3))  # fmt: skip
+    sessions = agentic_sessions(
+        AgenticConfig(
+            sessions=4,
+            turns=3,
+            system_tokens=600,
+            context_tokens=300,
+            user_tokens=20,
+            tool_tokens=60,
+            cold_fraction=0.0,
+            side_call_fraction=0.0,
+            output_tokens=48,
+            turn_interval_s=0.1,
+            stagger_s=0.0,
+            seed=3,
+        )
+    )
     results = run_workload(sessions, lambda body: generate(router, body, stream=True))
     assert len(results) == 12 and all(r.status == 200 for r in results), [r.error for r in results]
     for r in results:
@@ -67,8 +80,11 @@ def test_concurrent_sessions_match_colocated_without_duplicate_transfers(pdd_clu
         "sglang_pdd:wan_bytes_total",
     ):
         assert name in metrics, name
-    dup = [line for line in metrics.splitlines()
-           if line.startswith("sglang_pdd:duplicate_transfers_total{")]  # fmt: skip
+    dup = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("sglang_pdd:duplicate_transfers_total{")
+    ]
     assert dup and all(line.endswith(" 0.0") for line in dup), dup
 
 
@@ -133,21 +149,26 @@ def test_two_main_decodes_split_sessions_and_keep_affinity(two_mains_router, col
             wait_router_settled(router)
 
 
-def test_incremental_router_stream_adds_up_to_the_plain_answer(server_group, pdd_cluster,
-                                                               colocated):  # fmt: skip
+def test_incremental_router_stream_adds_up_to_the_plain_answer(
+    server_group, pdd_cluster, colocated
+):
     """With --incremental-streaming-output each chunk carries only new ids and text; they add
     up to the co-located server's output and to the router's own non-streamed text."""
     from sglang_pdd.testbed.cluster import start_router
 
-    router = start_router(server_group, pdd_cluster, name="router-incremental",
-                          incremental_streaming_output=True).url  # fmt: skip
+    router = start_router(
+        server_group, pdd_cluster, name="router-incremental", incremental_streaming_output=True
+    ).url
     rng = random.Random(44)
     ids = [rng.randrange(10, 250) for _ in range(600)]
     streamed = generate(router, _greedy(ids, 120), stream=True, incremental=True)
     plain = generate(router, _greedy(ids, 120))
     assert streamed.status == 200 and plain.status == 200
-    assert streamed.output_ids == plain.output_ids == generate(
-        colocated.url, _greedy(ids, 120)).output_ids  # fmt: skip
+    assert (
+        streamed.output_ids
+        == plain.output_ids
+        == generate(colocated.url, _greedy(ids, 120)).output_ids
+    )
     assert streamed.body["text"] == plain.body["text"]
     # The client made the chunks cumulative; the router sent each id exactly once.
     assert len(streamed.token_times) >= 2 and streamed.token_times[-1][1] == 120

@@ -69,28 +69,47 @@ def test_a_main_decode_with_curve_keys_serves_its_router_and_refuses_other_peers
     clients.mkdir()
     shutil.copy(keys / "router.key", clients)
     name = "main-curve"
-    site = add_main_decode(server_group, pdd_cluster, name, extra_args=(
-        "--pdd-control-curve-secret", str(keys / "main.key_secret"),
-        "--pdd-control-curve-clients", str(clients)))  # fmt: skip
+    site = add_main_decode(
+        server_group,
+        pdd_cluster,
+        name,
+        extra_args=(
+            "--pdd-control-curve-secret",
+            str(keys / "main.key_secret"),
+            "--pdd-control-curve-clients",
+            str(clients),
+        ),
+    )
     try:
         assert "(CURVE)" in site.server.log_text()  # the control socket has its keys
         curve = (keys / "router.key_secret", keys / "main.key")
-        router = start_router(server_group, pdd_cluster, name=f"router-{name}", mains=[site],
-                              relay_url=held_links.relay.url, control_curve=curve)  # fmt: skip
+        router = start_router(
+            server_group,
+            pdd_cluster,
+            name=f"router-{name}",
+            mains=[site],
+            relay_url=held_links.relay.url,
+            control_curve=curve,
+        )
         rng = random.Random(78)
         ids = [rng.randrange(10, 250) for _ in range(300)]
-        body = {**_greedy(ids, 200), "sampling_params": {"temperature": 0.0,
-                                                          "max_new_tokens": 200,
-                                                          "ignore_eos": True}}  # fmt: skip
+        body = {
+            **_greedy(ids, 200),
+            "sampling_params": {"temperature": 0.0, "max_new_tokens": 200, "ignore_eos": True},
+        }
         body["rid"] = f"curve-{rng.getrandbits(32)}"
         # RLD is held at 30 ids: the request can only end through a handoff, which needs MD's
         # "ready" over the authenticated socket (a fresh MD's first KV can take seconds).
         held_links.relay.arm(30)
         try:
-            got = generate_acting_at(router.url, body, stream=False,
-                                     when=lambda r: r["main_tokens"] > 0,
-                                     what="Main-Decode's first token",
-                                     act=lambda: None)  # fmt: skip
+            got = generate_acting_at(
+                router.url,
+                body,
+                stream=False,
+                when=lambda r: r["main_tokens"] > 0,
+                what="Main-Decode's first token",
+                act=lambda: None,
+            )
         finally:
             held_links.relay.release()
         assert got.status == 200, got.body
@@ -114,5 +133,6 @@ def test_a_main_decode_with_curve_keys_serves_its_router_and_refuses_other_peers
             intruder.close()
         server_group.stop_named(f"router-{name}")
     finally:
-        server_group.stop_named(name, f"wan-http-{name}", f"wan-control-{name}",
-                                f"wan-kv-events-{name}")  # fmt: skip
+        server_group.stop_named(
+            name, f"wan-http-{name}", f"wan-control-{name}", f"wan-kv-events-{name}"
+        )

@@ -37,10 +37,11 @@ _names = itertools.count()
 
 
 def _greedy(rng: random.Random, prompt: int, new: int) -> dict:
-    return {"rid": f"fault-{uuid.uuid4().hex[:8]}",
-            "input_ids": [rng.randrange(10, 250) for _ in range(prompt)],
-            "sampling_params": {"temperature": 0.0, "ignore_eos": True,
-                                "max_new_tokens": new}}  # fmt: skip
+    return {
+        "rid": f"fault-{uuid.uuid4().hex[:8]}",
+        "input_ids": [rng.randrange(10, 250) for _ in range(prompt)],
+        "sampling_params": {"temperature": 0.0, "ignore_eos": True, "max_new_tokens": new},
+    }
 
 
 def _kill(server) -> None:
@@ -81,11 +82,17 @@ def doomed_main(server_group, pdd_cluster, held_links):
 
     name = f"main-doomed-{next(_names)}"
     site = add_main_decode(server_group, pdd_cluster, name)
-    router = start_router(server_group, pdd_cluster, name=f"router-{name}", mains=[site],
-                          relay_url=held_links.relay.url)  # fmt: skip
+    router = start_router(
+        server_group,
+        pdd_cluster,
+        name=f"router-{name}",
+        mains=[site],
+        relay_url=held_links.relay.url,
+    )
     yield site, router
-    server_group.stop_named(router.name, name, f"wan-http-{name}", f"wan-control-{name}",
-                            f"wan-kv-events-{name}")  # fmt: skip
+    server_group.stop_named(
+        router.name, name, f"wan-http-{name}", f"wan-control-{name}", f"wan-kv-events-{name}"
+    )
 
 
 def test_main_decode_killed_after_the_handoff_the_request_continues(
@@ -95,9 +102,14 @@ def test_main_decode_killed_after_the_handoff_the_request_continues(
     body = _greedy(random.Random(51), 400, 4000)
     expected = _reference(colocated, body)
     with _main_takes_over(held_links):
-        result = generate_acting_at(router.url, body, stream=True, when=_main_streams,
-                                    what="Main-Decode's first tokens",
-                                    act=lambda: _kill(site.server))  # fmt: skip
+        result = generate_acting_at(
+            router.url,
+            body,
+            stream=True,
+            when=_main_streams,
+            what="Main-Decode's first tokens",
+            act=lambda: _kill(site.server),
+        )
     assert result.status == 200, result.body
     assert result.output_ids == expected
     pdd = result.body["meta_info"]["pdd"]
@@ -125,9 +137,14 @@ def test_main_decode_sent_sigterm_mid_stream_moves_its_stream_and_exits(
     expected = _reference(colocated, body)
     pid = site.server.proc.pid
     with _main_takes_over(held_links):
-        result = generate_acting_at(router.url, body, stream=True, when=_main_streams,
-                                    what="Main-Decode's first tokens",
-                                    act=lambda: os.kill(pid, signal.SIGTERM))  # fmt: skip
+        result = generate_acting_at(
+            router.url,
+            body,
+            stream=True,
+            when=_main_streams,
+            what="Main-Decode's first tokens",
+            act=lambda: os.kill(pid, signal.SIGTERM),
+        )
     assert result.status == 200, result.body
     assert result.output_ids == expected
     pdd = result.body["meta_info"]["pdd"]
@@ -147,9 +164,14 @@ def test_main_decode_killed_while_the_request_is_parked_relay_decode_finishes_it
     expected = _reference(colocated, body)
     control.pause()  # MD's "ready" cannot reach the router: the request stays on RLD
     try:
-        result = generate_acting_at(router.url, body, stream=False, when=_relay_streams,
-                                    what="Relay-Decode's first tokens",
-                                    act=lambda: (_kill(site.server), control.resume()))  # fmt: skip
+        result = generate_acting_at(
+            router.url,
+            body,
+            stream=False,
+            when=_relay_streams,
+            what="Relay-Decode's first tokens",
+            act=lambda: (_kill(site.server), control.resume()),
+        )
     finally:
         control.resume()
     assert result.status == 200, result.body
@@ -168,14 +190,22 @@ def _doomed_relay(server_group, tiny_model, pdd_cluster, **router_overrides):
     from tests.e2e.conftest import _common
 
     name = f"relay-doomed-{next(_names)}"
-    relay = server_group.start(ServerSpec(name, role="decode", extra_args=("--pdd-role", "relay"),
-                                          **_common(tiny_model)))[0]  # fmt: skip
+    relay = server_group.start(
+        ServerSpec(name, role="decode", extra_args=("--pdd-role", "relay"), **_common(tiny_model))
+    )[0]
     main = pdd_cluster.mains[0]
-    control = start_link_proxy(server_group, f"control-{name}", main.control_port,
-                               pdd_cluster.config.wan)  # fmt: skip
+    control = start_link_proxy(
+        server_group, f"control-{name}", main.control_port, pdd_cluster.config.wan
+    )
     site = replace(main, control_via_wan=control.url.replace("http://", "tcp://"))
-    router = start_router(server_group, pdd_cluster, name=f"router-{name}", relay_url=relay.url,
-                          mains=[site], **router_overrides)  # fmt: skip
+    router = start_router(
+        server_group,
+        pdd_cluster,
+        name=f"router-{name}",
+        relay_url=relay.url,
+        mains=[site],
+        **router_overrides,
+    )
     yield relay, control, router
     control.resume()
     server_group.stop_named(router.name, control.name, name)
@@ -190,8 +220,14 @@ def doomed_relay(server_group, tiny_model, pdd_cluster):
 def doomed_relay_slow_catch_up(server_group, tiny_model, pdd_cluster):
     """As ``doomed_relay``, with Catch-Up in chunks of one id: MD, once ready, lags RLD for as
     long as RLD serves."""
-    yield from _doomed_relay(server_group, tiny_model, pdd_cluster, handoff_mode="catch-up",
-                             catchup_threshold=4, catchup_chunk=1)  # fmt: skip
+    yield from _doomed_relay(
+        server_group,
+        tiny_model,
+        pdd_cluster,
+        handoff_mode="catch-up",
+        catchup_threshold=4,
+        catchup_chunk=1,
+    )
 
 
 def test_relay_decode_killed_before_the_handoff_main_decode_takes_the_request(
@@ -202,9 +238,14 @@ def test_relay_decode_killed_before_the_handoff_main_decode_takes_the_request(
     expected = _reference(colocated, body)
     control.pause()  # no handoff: the request is on RLD when it dies
     try:
-        result = generate_acting_at(router.url, body, stream=True, when=_relay_streams,
-                                    what="Relay-Decode's first tokens",
-                                    act=lambda: (_kill(relay), control.resume()))  # fmt: skip
+        result = generate_acting_at(
+            router.url,
+            body,
+            stream=True,
+            when=_relay_streams,
+            what="Relay-Decode's first tokens",
+            act=lambda: (_kill(relay), control.resume()),
+        )
     finally:
         control.resume()
     assert result.status == 200, result.body
@@ -223,15 +264,17 @@ def test_a_parked_request_nobody_hands_off_or_releases_is_ended_after_the_ttl(
     from sglang_pdd.testbed.launcher import post_json
 
     name = f"main-ttl-{next(_names)}"
-    site = add_main_decode(server_group, pdd_cluster, name,
-                           extra_args=("--pdd-parked-ttl-s", "3"))  # fmt: skip
+    site = add_main_decode(server_group, pdd_cluster, name, extra_args=("--pdd-parked-ttl-s", "3"))
     try:
         prefill = pdd_cluster.prefill
         rng = random.Random(55)
-        common = {"input_ids": [rng.randrange(10, 250) for _ in range(300)],
-                  "sampling_params": {"temperature": 0.0, "max_new_tokens": 20},
-                  "bootstrap_host": prefill.host, "bootstrap_port": prefill.bootstrap_port,
-                  "bootstrap_room": rng.getrandbits(63)}  # fmt: skip
+        common = {
+            "input_ids": [rng.randrange(10, 250) for _ in range(300)],
+            "sampling_params": {"temperature": 0.0, "max_new_tokens": 20},
+            "bootstrap_host": prefill.host,
+            "bootstrap_port": prefill.bootstrap_port,
+            "bootstrap_room": rng.getrandbits(63),
+        }
         with ThreadPoolExecutor(2) as pool:
             on_p = pool.submit(post_json, f"{prefill.url}/generate", {**common, "rid": "ttl.p"})
             parked = {**common, "rid": f"ttl-{uuid.uuid4().hex[:6]}.pdd-relayed"}
@@ -246,8 +289,9 @@ def test_a_parked_request_nobody_hands_off_or_releases_is_ended_after_the_ttl(
             assert time.monotonic() < deadline, "Main-Decode still holds the request"
             time.sleep(0.2)
     finally:
-        server_group.stop_named(name, f"wan-http-{name}", f"wan-control-{name}",
-                                f"wan-kv-events-{name}")  # fmt: skip
+        server_group.stop_named(
+            name, f"wan-http-{name}", f"wan-control-{name}", f"wan-kv-events-{name}"
+        )
 
 
 def test_draining_main_decode_moves_its_streams_and_takes_no_new_work(
@@ -264,12 +308,19 @@ def test_draining_main_decode_moves_its_streams_and_takes_no_new_work(
     drained = {}
 
     def drain() -> None:
-        drained.update(requests.post(f"{router.url}/pdd/drain", json={"url": md},
-                                     timeout=30).json())  # fmt: skip
+        drained.update(
+            requests.post(f"{router.url}/pdd/drain", json={"url": md}, timeout=30).json()
+        )
 
     with _main_takes_over(held_links):
-        result = generate_acting_at(router.url, body, stream=True, when=_main_streams,
-                                    what="Main-Decode's first tokens", act=drain)  # fmt: skip
+        result = generate_acting_at(
+            router.url,
+            body,
+            stream=True,
+            when=_main_streams,
+            what="Main-Decode's first tokens",
+            act=drain,
+        )
     assert drained == {"draining": md, "moved": 1, "finishing": 0}, drained
     assert result.status == 200 and result.output_ids == expected
     pdd = result.body["meta_info"]["pdd"]
@@ -347,20 +398,40 @@ def doomed_prefill(server_group, tiny_model, pdd_cluster, held_links, tmp_path):
     name = f"prefill-doomed-{next(_names)}"
     wan = pdd_cluster.config.wan
     fault_file = tmp_path / "kv-link"
-    prefill, = server_group.start(ServerSpec(
-        name, role="prefill", model_path=str(tiny_model), dtype=pdd_cluster.config.dtype,
-        chunked_prefill_size=pdd_cluster.config.chunked_prefill_size,
-        # A session its sends failed on is probed (and back in use) after 1 s, not 30.
-        env=(("SGLANG_FAILED_SESSION_PROBE_INTERVAL_S", "1"),),
-        extra_args=("--pdd-role", "prefill", "--pdd-wan-hosts", DATACENTER_B_HOST,
-                    "--pdd-wan-bandwidth-mbps", "1", "--pdd-wan-delay-ms",
-                    str(wan.one_way_delay_ms), "--pdd-wan-fault-file", str(fault_file),
-                    "--pdd-seeded-sampling")))  # fmt: skip
-    site = replace(pdd_cluster.mains[0],
-                   control_via_wan=held_links.control.url.replace("http://", "tcp://"))  # fmt: skip
-    router = start_router(server_group, replace(pdd_cluster, prefill=prefill),
-                          name=f"router-{name}", relay_url=held_links.relay.url,
-                          mains=[site])  # fmt: skip
+    (prefill,) = server_group.start(
+        ServerSpec(
+            name,
+            role="prefill",
+            model_path=str(tiny_model),
+            dtype=pdd_cluster.config.dtype,
+            chunked_prefill_size=pdd_cluster.config.chunked_prefill_size,
+            # A session its sends failed on is probed (and back in use) after 1 s, not 30.
+            env=(("SGLANG_FAILED_SESSION_PROBE_INTERVAL_S", "1"),),
+            extra_args=(
+                "--pdd-role",
+                "prefill",
+                "--pdd-wan-hosts",
+                DATACENTER_B_HOST,
+                "--pdd-wan-bandwidth-mbps",
+                "1",
+                "--pdd-wan-delay-ms",
+                str(wan.one_way_delay_ms),
+                "--pdd-wan-fault-file",
+                str(fault_file),
+                "--pdd-seeded-sampling",
+            ),
+        )
+    )
+    site = replace(
+        pdd_cluster.mains[0], control_via_wan=held_links.control.url.replace("http://", "tcp://")
+    )
+    router = start_router(
+        server_group,
+        replace(pdd_cluster, prefill=prefill),
+        name=f"router-{name}",
+        relay_url=held_links.relay.url,
+        mains=[site],
+    )
     yield prefill, router, fault_file
     server_group.stop_named(router.name, name)
 
@@ -409,8 +480,7 @@ def test_prefill_killed_between_relay_and_main_transfers_relay_decode_finishes(
     main = pdd_cluster.main.url
     body = _greedy(random.Random(57), 3000, 300)  # 1.5 MB of KV: 12 s at 1 Mbit/s
     expected = _reference(colocated, body)
-    result = _acting_while_main_receives(held_links, router, body, main,
-                                         act=lambda: _kill(prefill))  # fmt: skip
+    result = _acting_while_main_receives(held_links, router, body, main, act=lambda: _kill(prefill))
     assert result.status == 200, result.body
     assert result.output_ids == expected
     pdd = result.body["meta_info"]["pdd"]

@@ -30,10 +30,11 @@ pytestmark = pytest.mark.servers
 
 def _greedy(seed: int, prompt: int, new: int) -> dict:
     rng = random.Random(seed)
-    return {"rid": f"link-{uuid.uuid4().hex[:8]}",
-            "input_ids": [rng.randrange(10, 250) for _ in range(prompt)],
-            "sampling_params": {"temperature": 0.0, "ignore_eos": True,
-                                "max_new_tokens": new}}  # fmt: skip
+    return {
+        "rid": f"link-{uuid.uuid4().hex[:8]}",
+        "input_ids": [rng.randrange(10, 250) for _ in range(prompt)],
+        "sampling_params": {"temperature": 0.0, "ignore_eos": True, "max_new_tokens": new},
+    }
 
 
 def _reference(colocated, body) -> list[int]:
@@ -64,11 +65,21 @@ def test_control_link_reset_while_parked_and_mid_catch_up_loses_nothing(
             held = held_links.relay.held_ids
             assert _cut(control) >= 1  # lost: the watch (and MD's ready, if it was sent)
             rid = body["rid"]
-            wait_for_record(catchup_router.url, rid, future, lambda r: r["handoff_chunks"] >= 1,
-                            "the first Catch-Up chunk")  # fmt: skip
+            wait_for_record(
+                catchup_router.url,
+                rid,
+                future,
+                lambda r: r["handoff_chunks"] >= 1,
+                "the first Catch-Up chunk",
+            )
             _cut(control)  # lost: whatever chunk or "extended" was on the link
-            wait_for_record(catchup_router.url, rid, future, lambda r: r["main_tokens"] > 0,
-                            "Main-Decode's first token")  # fmt: skip
+            wait_for_record(
+                catchup_router.url,
+                rid,
+                future,
+                lambda r: r["main_tokens"] > 0,
+                "Main-Decode's first token",
+            )
             held_links.relay.release()
             result = future.result(timeout=HANG_S)
     finally:
@@ -78,7 +89,10 @@ def test_control_link_reset_while_parked_and_mid_catch_up_loses_nothing(
     assert result.output_ids == expected
     pdd = result.body["meta_info"]["pdd"]
     assert (pdd["finished_on"], pdd["handoff_mode"], pdd["handoff_tokens"]) == (
-        "main", "catch-up", held), pdd  # fmt: skip
+        "main",
+        "catch-up",
+        held,
+    ), pdd
     assert pdd["handoff_chunks"] >= 2 and pdd["migrations"] == [], pdd
     wait_router_settled(catchup_router.url)
 
@@ -89,8 +103,9 @@ def link_router(server_group, pdd_cluster, held_links):
     reaching RLD through the gate of ``held_links``."""
     from sglang_pdd.testbed.cluster import start_router
 
-    router = start_router(server_group, pdd_cluster, name="router-link-faults",
-                          relay_url=held_links.relay.url)  # fmt: skip
+    router = start_router(
+        server_group, pdd_cluster, name="router-link-faults", relay_url=held_links.relay.url
+    )
     yield router
     server_group.stop_named(router.name)
 
@@ -104,10 +119,14 @@ def test_main_decode_http_link_stalled_then_reset_the_request_continues(
     cuts = []
     held_links.relay.arm(30)  # RLD cannot finish the request before MD takes it over
     try:
-        result = generate_acting_at(link_router.url, body, stream=True,
-                                    when=lambda r: r["main_tokens"] >= 20,
-                                    what="Main-Decode's first tokens",
-                                    act=lambda: cuts.append(_cut(http)))  # fmt: skip
+        result = generate_acting_at(
+            link_router.url,
+            body,
+            stream=True,
+            when=lambda r: r["main_tokens"] >= 20,
+            what="Main-Decode's first tokens",
+            act=lambda: cuts.append(_cut(http)),
+        )
     finally:
         held_links.relay.release()
     assert cuts[0] >= 1

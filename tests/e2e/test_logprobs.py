@@ -15,9 +15,12 @@ TOLERANCE = 1e-4
 
 
 def _body(prompt: str, budget: int) -> dict:
-    return {"text": prompt, "return_logprob": True, "top_logprobs_num": 3,
-            "sampling_params": {"temperature": 0.0, "max_new_tokens": budget,
-                                "ignore_eos": True}}  # fmt: skip
+    return {
+        "text": prompt,
+        "return_logprob": True,
+        "top_logprobs_num": 3,
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": budget, "ignore_eos": True},
+    }
 
 
 def _assert_close(got: list, want: list) -> None:
@@ -45,8 +48,9 @@ def test_generate_logprobs_across_one_shot_handoffs(held_router, held_links, col
     for at, prompt in zip((1, 7, 20), varied_prompts(3, seed=47), strict=True):
         body = _body(prompt, 40)
         expected = generate(colocated.url, body)
-        got = generate_with_handoff_at(held_router.url, held_links, body, stream=stream,
-                                       relay_tokens=at)  # fmt: skip
+        got = generate_with_handoff_at(
+            held_router.url, held_links, body, stream=stream, relay_tokens=at
+        )
         record = got.body["meta_info"]["pdd"]
         assert record["finished_on"] == "main" and record["handoff_tokens"] >= at, record
         _assert_logprobs_match(got, expected)
@@ -55,8 +59,9 @@ def test_generate_logprobs_across_one_shot_handoffs(held_router, held_links, col
 def test_generate_logprobs_across_catch_up(catchup_router, held_links, colocated):
     body = _body(varied_prompts(1, seed=53)[0], 300)
     expected = generate(colocated.url, body)
-    got = generate_with_handoff_at(catchup_router.url, held_links, body, stream=True,
-                                   relay_tokens=150, relay_more=100)  # fmt: skip
+    got = generate_with_handoff_at(
+        catchup_router.url, held_links, body, stream=True, relay_tokens=150, relay_more=100
+    )
     assert got.body["meta_info"]["pdd"]["handoff_mode"] == "catch-up"
     _assert_logprobs_match(got, expected)
 
@@ -78,17 +83,26 @@ def _openai(url: str, kind: str, body: dict, stream: bool) -> list:
     path = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
     resp = requests.post(url + path, json={**body, "stream": stream}, timeout=300, stream=stream)
     assert resp.status_code == 200, resp.text
-    choices = ([c["choices"][0] for c in iter_sse(resp) if c.get("choices")] if stream
-               else [resp.json()["choices"][0]])  # fmt: skip
+    choices = (
+        [c["choices"][0] for c in iter_sse(resp) if c.get("choices")]
+        if stream
+        else [resp.json()["choices"][0]]
+    )
     items = []
     for choice in choices:
         lp = choice.get("logprobs")
         if not lp:
             continue
         if kind == "chat":
-            items += [(i["token"], i["bytes"], i["logprob"],
-                       [(t["token"], t["logprob"]) for t in i["top_logprobs"]])
-                      for i in lp["content"]]  # fmt: skip
+            items += [
+                (
+                    i["token"],
+                    i["bytes"],
+                    i["logprob"],
+                    [(t["token"], t["logprob"]) for t in i["top_logprobs"]],
+                )
+                for i in lp["content"]
+            ]
         else:
             items += list(
                 zip(
@@ -119,8 +133,12 @@ def test_openai_logprobs_match_colocated(pdd_cluster, colocated, kind):
     prompt = varied_prompts(1, seed=61)[0]
     base = {"max_tokens": 30, "temperature": 0}
     if kind == "chat":
-        body = {**base, "messages": [{"role": "user", "content": prompt}], "logprobs": True,
-                "top_logprobs": 2}  # fmt: skip
+        body = {
+            **base,
+            "messages": [{"role": "user", "content": prompt}],
+            "logprobs": True,
+            "top_logprobs": 2,
+        }
     else:
         body = {**base, "prompt": prompt, "logprobs": 2}
     want = _openai(colocated.url, kind, body, stream=False)

@@ -28,8 +28,13 @@ POOL_TOKENS = 4096  # a few prompts' KV plus SGLang's 512-token reserve per acti
 def small_main_router(server_group, pdd_cluster):
     from sglang_pdd.testbed.cluster import add_main_decode, start_router
 
-    small = add_main_decode(server_group, pdd_cluster, "main-small", max_total_tokens=POOL_TOKENS,
-                            env={"SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION": "64"})  # fmt: skip
+    small = add_main_decode(
+        server_group,
+        pdd_cluster,
+        "main-small",
+        max_total_tokens=POOL_TOKENS,
+        env={"SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION": "64"},
+    )
     router = start_router(server_group, pdd_cluster, name="router-small-main", mains=[small])
     yield router, small
     # The session's servers must fit a 24 GB machine: this module's two go when it ends.
@@ -39,9 +44,17 @@ def small_main_router(server_group, pdd_cluster):
 def test_small_main_decode_serves_more_than_it_holds(small_main_router, colocated):
     router, small = small_main_router
     prompts = varied_prompts(10, seed=43)
-    bodies = [{"text": p, "sampling_params": {"temperature": 0.0, "ignore_eos": True,
-                                              "max_new_tokens": 120 + 20 * (i % 4)}}
-              for i, p in enumerate(prompts)]  # fmt: skip
+    bodies = [
+        {
+            "text": p,
+            "sampling_params": {
+                "temperature": 0.0,
+                "ignore_eos": True,
+                "max_new_tokens": 120 + 20 * (i % 4),
+            },
+        }
+        for i, p in enumerate(prompts)
+    ]
     expected = [generate(colocated.url, body).output_ids for body in bodies]
     prompt_tokens = 0
     for _ in range(2):  # two rounds: the second also meets a warm, full radix cache
@@ -76,19 +89,32 @@ def test_a_final_handoff_without_room_is_deferred_while_relay_decode_serves(
     _assert_idle(small)  # also empties MD's radix cache: free memory is exactly the pool's
     control = next(s for s in server_group.servers if s.name == "wan-control-main-small")
     rng = random.Random(45)
-    bodies = [{"input_ids": [rng.randrange(10, 250) for _ in range(500)], "rid": f"defer-{i}-"
-               f"{uuid.uuid4().hex[:6]}", "sampling_params": {"temperature": 0.0,
-               "ignore_eos": True, "max_new_tokens": 1200}} for i in range(3)]  # fmt: skip
-    expected = [generate(colocated.url, {k: v for k, v in b.items() if k != "rid"}).output_ids
-                for b in bodies]  # fmt: skip
+    bodies = [
+        {
+            "input_ids": [rng.randrange(10, 250) for _ in range(500)],
+            "rid": f"defer-{i}-{uuid.uuid4().hex[:6]}",
+            "sampling_params": {"temperature": 0.0, "ignore_eos": True, "max_new_tokens": 1200},
+        }
+        for i in range(3)
+    ]
+    expected = [
+        generate(colocated.url, {k: v for k, v in b.items() if k != "rid"}).output_ids
+        for b in bodies
+    ]
     control.pause()  # MD's "ready" waits: every request stays on RLD, parked on MD
     try:
         with ThreadPoolExecutor(len(bodies)) as pool:
-            futures = [pool.submit(generate, router.url, b, i % 2 == 1)
-                       for i, b in enumerate(bodies)]  # fmt: skip
+            futures = [
+                pool.submit(generate, router.url, b, i % 2 == 1) for i, b in enumerate(bodies)
+            ]
             for body, future in zip(bodies, futures, strict=True):
-                wait_for_record(router.url, body["rid"], future, lambda r: r["relay_tokens"] >= 900,
-                      "900 ids from Relay-Decode")  # fmt: skip
+                wait_for_record(
+                    router.url,
+                    body["rid"],
+                    future,
+                    lambda r: r["relay_tokens"] >= 900,
+                    "900 ids from Relay-Decode",
+                )
             control.resume()
             results = [f.result(timeout=600) for f in futures]
     finally:

@@ -45,9 +45,14 @@ def overlap_routers(server_group, pdd_cluster, overlap_main, overlap_links):
     args = (server_group, pdd_cluster, overlap_main, overlap_links)
     routers = (
         start_held_router(*args, "router-overlap"),
-        start_held_router(*args, "router-overlap-cu", handoff_mode="catch-up",
-                          catchup_threshold=4, catchup_chunk=64),
-    )  # fmt: skip
+        start_held_router(
+            *args,
+            "router-overlap-cu",
+            handoff_mode="catch-up",
+            catchup_threshold=4,
+            catchup_chunk=64,
+        ),
+    )
     yield routers
     server_group.stop_named("router-overlap", "router-overlap-cu")
 
@@ -70,14 +75,14 @@ def test_one_shot_handoffs_to_an_overlap_main_decode_match_colocated(
     """Six prompts, handoffs after 1 to 20 ids, plain greedy and with penalties: every request
     finishes on MD with the co-located server's ids."""
     router = overlap_routers[0]
-    options = ({}, {"frequency_penalty": 0.5, "presence_penalty": 0.3},
-               {"repetition_penalty": 1.2})  # fmt: skip
+    options = ({}, {"frequency_penalty": 0.5, "presence_penalty": 0.3}, {"repetition_penalty": 1.2})
     for i, prompt in enumerate(varied_prompts(6, seed=131)):
         body = _greedy(prompt, 48, **options[i % len(options)])
         expected = generate(colocated.url, body)
         at = (1, 3, 7, 12, 20, 5)[i]
-        got = generate_with_handoff_at(router.url, overlap_links, body, stream=stream,
-                                       relay_tokens=at)  # fmt: skip
+        got = generate_with_handoff_at(
+            router.url, overlap_links, body, stream=stream, relay_tokens=at
+        )
         assert got.status == 200, got.body
         record = got.body["meta_info"]["pdd"]
         assert record["finished_on"] == "main" and record["handoff_tokens"] >= at, record
@@ -93,8 +98,9 @@ def test_catch_up_and_grammar_on_an_overlap_main_decode_match_colocated(
     prompt = varied_prompts(1, seed=137)[0]
     body = _greedy(prompt, 300, frequency_penalty=0.3)
     expected = generate(colocated.url, body)
-    got = generate_with_handoff_at(router.url, overlap_links, body, stream=True,
-                                   relay_tokens=150, relay_more=100)  # fmt: skip
+    got = generate_with_handoff_at(
+        router.url, overlap_links, body, stream=True, relay_tokens=150, relay_more=100
+    )
     record = got.body["meta_info"]["pdd"]
     assert (record["handoff_mode"], record["finished_on"]) == ("catch-up", "main"), record
     assert record["handoff_chunks"] >= 3, record
@@ -105,8 +111,9 @@ def test_catch_up_and_grammar_on_an_overlap_main_decode_match_colocated(
         "sampling_params": {"temperature": 0.0, "max_new_tokens": 300, "regex": words},
     }
     expected = generate(colocated.url, regex)
-    got = generate_with_handoff_at(router.url, overlap_links, regex, stream=False,
-                                   relay_tokens=150, relay_more=100)  # fmt: skip
+    got = generate_with_handoff_at(
+        router.url, overlap_links, regex, stream=False, relay_tokens=150, relay_more=100
+    )
     assert got.body["meta_info"]["pdd"]["finished_on"] == "main"
     assert got.output_ids == expected.output_ids
     wait_router_settled(router.url)
@@ -123,14 +130,22 @@ def test_concurrent_requests_on_an_overlap_main_decode_match_colocated(
 
     gate = RelayGate(pdd_cluster.relay.url)
     gate.hold_every(8)
-    router = start_router(server_group, pdd_cluster, name="router-overlap-load",
-                          relay_url=gate.url, mains=[overlap_main])  # fmt: skip
+    router = start_router(
+        server_group,
+        pdd_cluster,
+        name="router-overlap-load",
+        relay_url=gate.url,
+        mains=[overlap_main],
+    )
     try:
         prompts = varied_prompts(12, seed=139)
         bodies = [_greedy(p, 40 + 10 * (i % 4)) for i, p in enumerate(prompts)]
         with ThreadPoolExecutor(12) as pool:
-            got = list(pool.map(lambda ib: generate(router.url, ib[1], stream=ib[0] % 2 == 0),
-                                enumerate(bodies)))  # fmt: skip
+            got = list(
+                pool.map(
+                    lambda ib: generate(router.url, ib[1], stream=ib[0] % 2 == 0), enumerate(bodies)
+                )
+            )
         for body, result in zip(bodies, got, strict=True):
             assert result.status == 200, result.body
             assert result.body["meta_info"]["pdd"]["finished_on"] == "main"

@@ -27,8 +27,10 @@ pytestmark = pytest.mark.servers
 
 
 def _body(prompt: str, max_new_tokens: int) -> dict:
-    return {"text": prompt, "sampling_params": {"temperature": 0.0,
-                                                "max_new_tokens": max_new_tokens}}  # fmt: skip
+    return {
+        "text": prompt,
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens},
+    }
 
 
 def _cases() -> list[tuple[str, int]]:
@@ -90,16 +92,18 @@ def test_one_shot_matches_colocated(pdd_cluster, colocated, stream):
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
-def test_one_shot_at_chosen_points_matches_colocated(held_router, held_links, pdd_cluster,
-                                                     colocated, stream):  # fmt: skip
+def test_one_shot_at_chosen_points_matches_colocated(
+    held_router, held_links, pdd_cluster, colocated, stream
+):
     """Handoffs after 1 id and at later points each chosen past the previous one, and a request
     that finishes on RLD while MD's ready is held back: all equal the co-located server."""
     prompts = varied_prompts(4, seed=13)
     at, points = 1, []
     for prompt in prompts[:3]:
         body = _held_body(prompt, 200)
-        got = generate_with_handoff_at(held_router.url, held_links, body, stream=stream,
-                                       relay_tokens=at)  # fmt: skip
+        got = generate_with_handoff_at(
+            held_router.url, held_links, body, stream=stream, relay_tokens=at
+        )
         assert got.status == 200, got.body
         assert got.output_ids == generate(colocated.url, body).output_ids
         record = got.body["meta_info"]["pdd"]
@@ -116,7 +120,10 @@ def test_one_shot_at_chosen_points_matches_colocated(held_router, held_links, pd
     assert got.output_ids == generate(colocated.url, body).output_ids
     record = got.body["meta_info"]["pdd"]
     assert (record["finished_on"], record["relay_tokens"], record["main_tokens"]) == (
-        "relay", 24, 0), record  # fmt: skip
+        "relay",
+        24,
+        0,
+    ), record
     _assert_accounted(record, got.latency_s)
     wait_router_settled(held_router.url)
     _assert_nothing_held(pdd_cluster)
@@ -128,8 +135,9 @@ def test_catch_up_matches_colocated(catchup_router, held_links, colocated, strea
     up to 100 more, and hands off the rest at the end; outputs equal the co-located server's."""
     for prompt in varied_prompts(2, seed=17):
         body = _held_body(prompt, 400)
-        got = generate_with_handoff_at(catchup_router.url, held_links, body, stream=stream,
-                                       relay_tokens=150, relay_more=100)  # fmt: skip
+        got = generate_with_handoff_at(
+            catchup_router.url, held_links, body, stream=stream, relay_tokens=150, relay_more=100
+        )
         assert got.status == 200, got.body
         assert got.output_ids == generate(colocated.url, body).output_ids
         record = got.body["meta_info"]["pdd"]
@@ -144,8 +152,7 @@ def test_handoff_after_one_token_through_the_router(held_router, held_links, col
     """MD ready while the router has RLD's first chunk only: the handoff carries just that."""
     prompt, budget = make_prompt(random.Random(31), 300), 24
     body = _held_body(prompt, budget)
-    got = generate_with_handoff_at(held_router.url, held_links, body, stream=stream,
-                                   relay_tokens=1)  # fmt: skip
+    got = generate_with_handoff_at(held_router.url, held_links, body, stream=stream, relay_tokens=1)
     assert got.status == 200, got.body
     record = got.body["meta_info"]["pdd"]
     first_chunk = held_links.relay.held_ids  # 1 unless SGLang merged chunks of a slow stream
@@ -165,8 +172,9 @@ def test_p_md_pipeline_matches_colocated(main_only_router, colocated):
         assert set(record["phases"]) == {"to_first_token", "main"}, record
 
 
-def test_second_turn_moves_only_the_delta_over_the_wan(pdd_cluster, held_router, held_links,
-                                                      colocated):  # fmt: skip
+def test_second_turn_moves_only_the_delta_over_the_wan(
+    pdd_cluster, held_router, held_links, colocated
+):
     rng = random.Random(5)
     turn1 = make_prompt(rng, 400)
     router = held_router.url
@@ -177,8 +185,11 @@ def test_second_turn_moves_only_the_delta_over_the_wan(pdd_cluster, held_router,
     wait_router_settled(router)
     if first.body["meta_info"]["pdd"]["main_ready_s"] is None:
         # The client's record went out before MD's KV landed; the router logs it afterwards.
-        late = [line for line in held_router.log_text().splitlines()
-                if f"pdd-late-transfer rid={first.body['meta_info']['id']}" in line]  # fmt: skip
+        late = [
+            line
+            for line in held_router.log_text().splitlines()
+            if f"pdd-late-transfer rid={first.body['meta_info']['id']}" in line
+        ]
         assert late and json.loads(late[0][late[0].index("{") :])["wan_bytes"] > 0, late
     turn2 = turn1 + first.body["text"] + " " + make_prompt(rng, 30)
     body2 = _held_body(turn2, 200)
@@ -193,8 +204,9 @@ def test_second_turn_moves_only_the_delta_over_the_wan(pdd_cluster, held_router,
 
 def pdd_cluster_kv_bytes(cluster) -> int:
     """KV bytes per token of the float32 tiny model (2 layers, 2 KV heads, head_dim 16)."""
-    info = json.loads((__import__("pathlib").Path(cluster.config.model_path)
-                       / "tiny_model.json").read_text())  # fmt: skip
+    info = json.loads(
+        (__import__("pathlib").Path(cluster.config.model_path) / "tiny_model.json").read_text()
+    )
     return info["kv_bytes_per_token_bf16"] * 2
 
 
@@ -218,8 +230,14 @@ def test_relay_holds_nothing_after_handoff(pdd_cluster, held_router, held_links)
         seen["record"] = live_record(held_router.url, rid)
 
     body = _held_body(make_prompt(random.Random(9), 700), budget)
-    got = generate_with_handoff_at(held_router.url, held_links, body, stream=True,
-                                   relay_tokens=1, while_main_streams=check_relay)  # fmt: skip
+    got = generate_with_handoff_at(
+        held_router.url,
+        held_links,
+        body,
+        stream=True,
+        relay_tokens=1,
+        while_main_streams=check_relay,
+    )
     assert got.status == 200, got.body
     assert seen["relay"]["num_running_reqs"] == 0, seen
     assert seen["relay"]["num_used_tokens"] == idle["num_used_tokens"], seen
@@ -275,12 +293,16 @@ def test_a_client_leaving_touches_no_request_whose_rid_its_rid_prefixes(pdd_clus
     host, port = router.removeprefix("http://").split(":")
 
     def leave_with_a_prefix_rid() -> None:
-        body = {**_held_body(make_prompt(random.Random(6), 300), 4000), "stream": True,
-                "rid": "pre"}  # fmt: skip
+        body = {
+            **_held_body(make_prompt(random.Random(6), 300), 4000),
+            "stream": True,
+            "rid": "pre",
+        }
         conn = http.client.HTTPConnection(host, int(port), timeout=60)
         try:
-            conn.request("POST", "/generate", json.dumps(body),
-                         {"Content-Type": "application/json"})  # fmt: skip
+            conn.request(
+                "POST", "/generate", json.dumps(body), {"Content-Type": "application/json"}
+            )
             conn.getresponse().readline()  # A's first chunk has come...
         finally:
             conn.close()  # ...and A goes away
@@ -290,16 +312,23 @@ def test_a_client_leaving_touches_no_request_whose_rid_its_rid_prefixes(pdd_clus
             time.sleep(0.05)
         assert live_record(router, "pre.relay") is not None, "B ended before A was aborted"
 
-    got = generate_acting_at(router, victim, stream=True, when=lambda r: r["relay_tokens"] >= 1,
-                             what="B's first tokens", act=leave_with_a_prefix_rid)  # fmt: skip
+    got = generate_acting_at(
+        router,
+        victim,
+        stream=True,
+        when=lambda r: r["relay_tokens"] >= 1,
+        what="B's first tokens",
+        act=leave_with_a_prefix_rid,
+    )
     assert got.status == 200, got.body
     assert got.output_ids == expected.output_ids
     wait_router_settled(router)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
-def test_a_silent_relay_ends_the_request_within_the_idle_limit(impatient_router, held_links,
-                                                               pdd_cluster, stream):  # fmt: skip
+def test_a_silent_relay_ends_the_request_within_the_idle_limit(
+    impatient_router, held_links, pdd_cluster, stream
+):
     """RLD's stream stops reaching the router (held at 3 ids) and MD never becomes ready: the
     request ends after --upstream-idle-timeout-s with an error naming it (a 504, or the
     stream's last chunk), and is aborted on every instance."""
@@ -353,8 +382,10 @@ def test_stop_strings_match_colocated(pdd_cluster, colocated):
     prompt = make_prompt(random.Random(41), 200)
     free = generate(colocated.url, _body(prompt, 40)).body["text"]
     stop = free[10:13]  # a string the greedy output is known to reach
-    body = {"text": prompt, "sampling_params": {"temperature": 0.0, "max_new_tokens": 40,
-                                                "stop": [stop]}}  # fmt: skip
+    body = {
+        "text": prompt,
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": 40, "stop": [stop]},
+    }
     expected = generate(colocated.url, body)
     assert expected.body["meta_info"]["finish_reason"]["matched"] == stop
     for stream in (False, True):
@@ -373,8 +404,11 @@ def test_fields_the_router_cannot_serve_are_refused(pdd_cluster):
     body = {**_body("input logprobs please", 4), "return_logprob": True, "logprob_start_len": 0}
     resp = requests.post(router + "/generate", json=body, timeout=60)
     assert resp.status_code == 400 and "logprob_start_len" in resp.text
-    chat = {"messages": [{"role": "user", "content": "a tool"}], "max_tokens": 4,
-            "tools": [{"type": "function", "function": {"name": "f"}}]}  # fmt: skip
+    chat = {
+        "messages": [{"role": "user", "content": "a tool"}],
+        "max_tokens": 4,
+        "tools": [{"type": "function", "function": {"name": "f"}}],
+    }
     resp = requests.post(router + "/v1/chat/completions", json=chat, timeout=60)
     assert resp.status_code == 400 and "tools" in resp.json()["message"]
     # Sampling state MD would not carry across the handoff: refused by name.
@@ -403,12 +437,12 @@ def test_a_rid_in_flight_is_refused_and_listed(held_router, held_links, colocate
     def duplicate(rid):
         listed = live_record(held_router.url, rid)
         assert listed is not None and listed["pipeline"] == "P-RLD-MD", listed
-        again = requests.post(held_router.url + "/generate", json={**body, "rid": rid},
-                              timeout=60)  # fmt: skip
+        again = requests.post(held_router.url + "/generate", json={**body, "rid": rid}, timeout=60)
         assert again.status_code == 400 and "Duplicate request ID" in again.text, again.text
 
-    got = generate_with_handoff_at(held_router.url, held_links, body, stream=False,
-                                   relay_tokens=1, while_held=duplicate)  # fmt: skip
+    got = generate_with_handoff_at(
+        held_router.url, held_links, body, stream=False, relay_tokens=1, while_held=duplicate
+    )
     assert got.status == 200 and got.output_ids == generate(colocated.url, body).output_ids
     assert live_record(held_router.url, got.body["meta_info"]["id"]) is None
 
@@ -441,14 +475,18 @@ def test_openai_endpoints(pdd_cluster, colocated):
     assert requests.get(router + "/health_generate", timeout=120).status_code == 200
     assert requests.get(router + "/get_model_info", timeout=30).json()["model_path"]
     assert "pdd_router" in requests.get(router + "/get_server_info", timeout=30).json()
-    chat = {"messages": [{"role": "user", "content": "relay the cache"}], "max_tokens": 30,
-            "temperature": 0}  # fmt: skip
+    chat = {
+        "messages": [{"role": "user", "content": "relay the cache"}],
+        "max_tokens": 30,
+        "temperature": 0,
+    }
     ours = requests.post(router + "/v1/chat/completions", json=chat, timeout=300).json()
     theirs = requests.post(colocated.url + "/v1/chat/completions", json=chat, timeout=300).json()
     assert ours["choices"][0]["message"]["content"] == theirs["choices"][0]["message"]["content"]
     assert ours["usage"]["completion_tokens"] == theirs["usage"]["completion_tokens"]
-    with requests.post(router + "/v1/chat/completions", json={**chat, "stream": True},
-                       stream=True, timeout=300) as resp:  # fmt: skip
+    with requests.post(
+        router + "/v1/chat/completions", json={**chat, "stream": True}, stream=True, timeout=300
+    ) as resp:
         pieces = [c["choices"][0]["delta"].get("content", "") for c in iter_sse(resp)]
     assert "".join(pieces) == theirs["choices"][0]["message"]["content"]
     comp = {"prompt": "model cache", "max_tokens": 12, "temperature": 0}
@@ -468,8 +506,12 @@ def test_handoff_of_a_single_token_through_the_control_socket(pdd_cluster, coloc
     sock.connect(pdd_cluster.control_via_wan)
     try:
         sock.send(json.dumps({"op": "watch", "rid": rid}).encode())
-        sub = {**_body(prompt, budget), "bootstrap_host": "127.0.0.1",
-               "bootstrap_port": prefill.bootstrap_port, "bootstrap_room": room}  # fmt: skip
+        sub = {
+            **_body(prompt, budget),
+            "bootstrap_host": "127.0.0.1",
+            "bootstrap_port": prefill.bootstrap_port,
+            "bootstrap_room": room,
+        }
         import threading
 
         threading.Thread(
@@ -479,8 +521,12 @@ def test_handoff_of_a_single_token_through_the_control_socket(pdd_cluster, coloc
             daemon=True,
         ).start()
         out = {}
-        main = threading.Thread(target=lambda: out.setdefault("r", generate(
-            pdd_cluster.main_via_wan, {**sub, "rid": rid})), daemon=True)  # fmt: skip
+        main = threading.Thread(
+            target=lambda: out.setdefault(
+                "r", generate(pdd_cluster.main_via_wan, {**sub, "rid": rid})
+            ),
+            daemon=True,
+        )
         main.start()
         assert sock.poll(120_000), "Main-Decode never reported the KV"
         ready = json.loads(sock.recv())
@@ -493,8 +539,17 @@ def test_handoff_of_a_single_token_through_the_control_socket(pdd_cluster, coloc
 
 
 def test_contradictory_flags_are_refused(tiny_model):
-    cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(tiny_model),
-           "--pdd-role", "relay", "--disaggregation-mode", "prefill"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(tiny_model),
+        "--pdd-role",
+        "relay",
+        "--disaggregation-mode",
+        "prefill",
+    ]
     result = subprocess.run(
         cmd,
         capture_output=True,
@@ -526,11 +581,16 @@ def test_router_api_key(server_group, pdd_cluster, colocated):
     body = _body("keyed", 4)
     assert requests.post(router.url + "/generate", json=body, timeout=60).status_code == 401
     wrong = {"Authorization": "Bearer nope"}
-    resp = requests.post(router.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2},
-                         headers=wrong, timeout=60)  # fmt: skip
+    resp = requests.post(
+        router.url + "/v1/completions",
+        json={"prompt": "x", "max_tokens": 2},
+        headers=wrong,
+        timeout=60,
+    )
     assert resp.status_code == 401 and resp.json() == {"error": "Unauthorized"}
     assert requests.get(router.url + "/health", timeout=60).status_code == 200
-    ok = requests.post(router.url + "/generate", json=body, timeout=300,
-                       headers={"Authorization": "Bearer s3cret"})  # fmt: skip
+    ok = requests.post(
+        router.url + "/generate", json=body, timeout=300, headers={"Authorization": "Bearer s3cret"}
+    )
     assert ok.status_code == 200
     assert ok.json()["output_ids"] == generate(colocated.url, body).output_ids

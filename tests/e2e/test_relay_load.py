@@ -17,8 +17,14 @@ pytestmark = pytest.mark.servers
 
 
 def _body(prompt: str, max_new_tokens: int) -> dict:
-    return {"text": prompt, "sampling_params": {"temperature": 0.0, "ignore_eos": True,
-                                                "max_new_tokens": max_new_tokens}}  # fmt: skip
+    return {
+        "text": prompt,
+        "sampling_params": {
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "max_new_tokens": max_new_tokens,
+        },
+    }
 
 
 def _relay_load(router_url: str, relay_url: str) -> float:
@@ -36,8 +42,9 @@ def _wait_load(router_url: str, relay_url: str, busy: bool, timeout: float = 120
     raise AssertionError(f"the router never saw the relay {'busy' if busy else 'idle'}")
 
 
-def test_auto_handoff_follows_relay_load(pdd_cluster, small_relay, small_relay_links,
-                                        auto_router, colocated):  # fmt: skip
+def test_auto_handoff_follows_relay_load(
+    pdd_cluster, small_relay, small_relay_links, auto_router, colocated
+):
     # The router knows the relay by the URL it reaches it at (the stallable link).
     router, relay = auto_router.url, small_relay_links.relay.url
     # The handoff comes after RLD's first id (MD's ready is held back until then, RLD's link
@@ -47,26 +54,32 @@ def test_auto_handoff_follows_relay_load(pdd_cluster, small_relay, small_relay_l
     expected = generate(colocated.url, _body(prompt, budget)).output_ids
 
     _wait_load(router, relay, busy=False)
-    idle = generate_with_handoff_at(router, small_relay_links, _body(prompt, budget),
-                                    stream=False, relay_tokens=1)  # fmt: skip
+    idle = generate_with_handoff_at(
+        router, small_relay_links, _body(prompt, budget), stream=False, relay_tokens=1
+    )
     assert idle.output_ids == expected
     assert idle.body["meta_info"]["pdd"]["handoff_mode"] == "catch-up"
 
     # Occupy most of the small relay's KV with one long request through plain SGLang PD.
     rng = random.Random(52)
     hog_rid = f"hog{rng.getrandbits(32)}"
-    hog = {"rid": hog_rid, "input_ids": [rng.randrange(10, 500) for _ in range(5000)],
-           "sampling_params": {"temperature": 0.0, "max_new_tokens": 1200,
-                               "ignore_eos": True}}  # fmt: skip
+    hog = {
+        "rid": hog_rid,
+        "input_ids": [rng.randrange(10, 500) for _ in range(5000)],
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": 1200, "ignore_eos": True},
+    }
     prefill = pdd_cluster.prefill
-    thread = threading.Thread(target=pd_generate, daemon=True,
-                              args=(prefill.url, prefill.bootstrap_port, small_relay.url,
-                                    hog))  # fmt: skip
+    thread = threading.Thread(
+        target=pd_generate,
+        daemon=True,
+        args=(prefill.url, prefill.bootstrap_port, small_relay.url, hog),
+    )
     thread.start()
     try:
         assert _wait_load(router, relay, busy=True) >= 0.5
-        busy = generate_with_handoff_at(router, small_relay_links, _body(prompt, budget),
-                                        stream=False, relay_tokens=1)  # fmt: skip
+        busy = generate_with_handoff_at(
+            router, small_relay_links, _body(prompt, budget), stream=False, relay_tokens=1
+        )
         assert busy.output_ids == expected
         record = busy.body["meta_info"]["pdd"]
         assert (record["handoff_mode"], record["handoff_chunks"]) == ("one-shot", 1), record

@@ -37,8 +37,9 @@ def _case(name: str, prompt: str, plain: list[int], at: int, tokenizer) -> dict:
     if name == "min_new_tokens":
         # Without the minimum the request would stop at plain[at + 2], past the handoff and
         # before the minimum: MD must count the handed-off ids to mask it for the right span.
-        return _greedy(prompt, ignore_eos=False, stop_token_ids=[plain[at + 2]],
-                       min_new_tokens=at + 6)  # fmt: skip
+        return _greedy(
+            prompt, ignore_eos=False, stop_token_ids=[plain[at + 2]], min_new_tokens=at + 6
+        )
     if name == "stop_straddle":  # a stop string made of the text on both sides of the handoff
         return _greedy(prompt, stop=[_straddling_stop(plain, at, tokenizer)])
     raise ValueError(name)
@@ -66,8 +67,9 @@ def tokenizer(tiny_model):
     return AutoTokenizer.from_pretrained(tiny_model)
 
 
-def test_sampling_state_carried_across_one_shot_handoffs(held_router, held_links, colocated,
-                                                         pdd_cluster, tokenizer):  # fmt: skip
+def test_sampling_state_carried_across_one_shot_handoffs(
+    held_router, held_links, colocated, pdd_cluster, tokenizer
+):
     """24 requests: each option on 4 prompts, handoffs after 1 to 16 ids, streamed or not."""
     bites = {name: 0 for name in CASES}
     for i, prompt in enumerate(varied_prompts(4, seed=29)):
@@ -80,9 +82,14 @@ def test_sampling_state_carried_across_one_shot_handoffs(held_router, held_links
             expected = generate(colocated.url, body)
             assert expected.status == 200, expected.body
             bites[name] += expected.output_ids != plain
-            got = generate_with_handoff_at(held_router.url, held_links, body,
-                                           stream=(i + j) % 2 == 1, relay_tokens=at,
-                                           may_end_on_relay=name == "stop_straddle")  # fmt: skip
+            got = generate_with_handoff_at(
+                held_router.url,
+                held_links,
+                body,
+                stream=(i + j) % 2 == 1,
+                relay_tokens=at,
+                may_end_on_relay=name == "stop_straddle",
+            )
             assert got.status == 200, got.body
             record = got.body["meta_info"]["pdd"]
             if record["finished_on"] == "main":
@@ -106,14 +113,20 @@ def test_penalties_carried_across_catch_up(catchup_router, held_links, colocated
     """150 ids behind, Catch-Up chunks while RLD streams on: penalties still count every id."""
     prompt = varied_prompts(1, seed=37)[0]
     plain_sampling = {"temperature": 0.0, "max_new_tokens": 300, "ignore_eos": True}
-    sampling = {**plain_sampling, "frequency_penalty": 0.3, "presence_penalty": 0.2,
-                "repetition_penalty": 1.1, "logit_bias": {"11": -2.0}}  # fmt: skip
+    sampling = {
+        **plain_sampling,
+        "frequency_penalty": 0.3,
+        "presence_penalty": 0.2,
+        "repetition_penalty": 1.1,
+        "logit_bias": {"11": -2.0},
+    }
     body = {"text": prompt, "sampling_params": sampling}
     expected = generate(colocated.url, body)
     plain = generate(colocated.url, {"text": prompt, "sampling_params": plain_sampling})
     assert expected.output_ids != plain.output_ids
-    got = generate_with_handoff_at(catchup_router.url, held_links, body, stream=stream,
-                                   relay_tokens=150, relay_more=100)  # fmt: skip
+    got = generate_with_handoff_at(
+        catchup_router.url, held_links, body, stream=stream, relay_tokens=150, relay_more=100
+    )
     assert got.status == 200, got.body
     record = got.body["meta_info"]["pdd"]
     assert (record["handoff_mode"], record["finished_on"]) == ("catch-up", "main"), record
@@ -123,8 +136,15 @@ def test_penalties_carried_across_catch_up(catchup_router, held_links, colocated
 
 def test_openai_penalties_and_logit_bias_match_colocated(pdd_cluster, colocated):
     for prompt in varied_prompts(3, seed=41):
-        body = {"prompt": prompt, "max_tokens": 60, "temperature": 0, "frequency_penalty": 0.5,
-                "presence_penalty": 0.4, "min_tokens": 10, "logit_bias": {"9": -50}}  # fmt: skip
+        body = {
+            "prompt": prompt,
+            "max_tokens": 60,
+            "temperature": 0,
+            "frequency_penalty": 0.5,
+            "presence_penalty": 0.4,
+            "min_tokens": 10,
+            "logit_bias": {"9": -50},
+        }
         ours = requests.post(pdd_cluster.router_url + "/v1/completions", json=body, timeout=300)
         theirs = requests.post(colocated.url + "/v1/completions", json=body, timeout=300)
         assert ours.status_code == 200, ours.text
@@ -132,9 +152,13 @@ def test_openai_penalties_and_logit_bias_match_colocated(pdd_cluster, colocated)
 
 
 PERSON_REGEX = r'\{"name": "[a-z]{2,12}", "age": [1-9][0-9]?\}'
-PERSON_SCHEMA = json.dumps({"type": "object", "required": ["name", "age"],
-                            "properties": {"name": {"type": "string", "maxLength": 12},
-                                           "age": {"type": "integer"}}})  # fmt: skip
+PERSON_SCHEMA = json.dumps(
+    {
+        "type": "object",
+        "required": ["name", "age"],
+        "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
+    }
+)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
@@ -143,15 +167,23 @@ def test_grammars_carried_across_one_shot_handoffs(held_router, held_links, colo
     advanced over the handed-off ids, so the output equals the co-located server's."""
     on_main = 0
     for i, prompt in enumerate(varied_prompts(3, seed=83)):
-        for constraint, at in (({"regex": PERSON_REGEX}, (1, 3, 6)[i]),
-                               ({"json_schema": PERSON_SCHEMA}, (4, 12, 25)[i])):  # fmt: skip
+        for constraint, at in (
+            ({"regex": PERSON_REGEX}, (1, 3, 6)[i]),
+            ({"json_schema": PERSON_SCHEMA}, (4, 12, 25)[i]),
+        ):
             body = {
                 "text": prompt,
                 "sampling_params": {"temperature": 0.0, "max_new_tokens": 48, **constraint},
             }
             expected = generate(colocated.url, body)
-            got = generate_with_handoff_at(held_router.url, held_links, body, stream=stream,
-                                           relay_tokens=at, may_end_on_relay=True)  # fmt: skip
+            got = generate_with_handoff_at(
+                held_router.url,
+                held_links,
+                body,
+                stream=stream,
+                relay_tokens=at,
+                may_end_on_relay=True,
+            )
             assert got.status == 200, got.body
             assert got.output_ids == expected.output_ids, (constraint, at)
             assert got.body["text"] == expected.body["text"]
@@ -175,32 +207,46 @@ def test_grammar_carried_across_catch_up(catchup_router, held_links, colocated):
         },
     }
     expected = generate(colocated.url, body)
-    got = generate_with_handoff_at(catchup_router.url, held_links, body, stream=True,
-                                   relay_tokens=150, relay_more=100)  # fmt: skip
+    got = generate_with_handoff_at(
+        catchup_router.url, held_links, body, stream=True, relay_tokens=150, relay_more=100
+    )
     assert got.body["meta_info"]["pdd"]["handoff_mode"] == "catch-up"
     assert got.output_ids == expected.output_ids
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
-def test_seeded_sampling_across_handoffs(held_router, catchup_router, held_links, colocated,
-                                         stream):  # fmt: skip
+def test_seeded_sampling_across_handoffs(
+    held_router, catchup_router, held_links, colocated, stream
+):
     """temperature 0.8, top_p 0.9 and a sampling_seed: every instance runs SGLang's seeded
     sampler (--pdd-seeded-sampling), so PDD draws the co-located server's tokens, in One-Shot
     and Catch-Up; another seed draws other tokens."""
     prompts = varied_prompts(3, seed=97)
     for i, prompt in enumerate(prompts):
-        sampling = {"temperature": 0.8, "top_p": 0.9, "sampling_seed": 1234 + i,
-                    "max_new_tokens": 200 if i < 2 else 300, "ignore_eos": True}  # fmt: skip
+        sampling = {
+            "temperature": 0.8,
+            "top_p": 0.9,
+            "sampling_seed": 1234 + i,
+            "max_new_tokens": 200 if i < 2 else 300,
+            "ignore_eos": True,
+        }
         body = {"text": prompt, "sampling_params": sampling}
         expected = generate(colocated.url, body)
         assert expected.output_ids == generate(colocated.url, body).output_ids  # reproducible
         other = {**body, "sampling_params": {**sampling, "sampling_seed": 99 + i}}
         assert generate(colocated.url, other).output_ids != expected.output_ids
         if i < 2:
-            got = generate_with_handoff_at(held_router.url, held_links, body, stream=stream,
-                                           relay_tokens=(3, 40)[i])  # fmt: skip
+            got = generate_with_handoff_at(
+                held_router.url, held_links, body, stream=stream, relay_tokens=(3, 40)[i]
+            )
         else:
-            got = generate_with_handoff_at(catchup_router.url, held_links, body, stream=stream,
-                                           relay_tokens=150, relay_more=100)  # fmt: skip
+            got = generate_with_handoff_at(
+                catchup_router.url,
+                held_links,
+                body,
+                stream=stream,
+                relay_tokens=150,
+                relay_more=100,
+            )
         assert got.body["meta_info"]["pdd"]["finished_on"] == "main", got.body["meta_info"]
         assert got.output_ids == expected.output_ids, i

@@ -34,10 +34,14 @@ def test_streamed_openai_text_equals_the_whole_answer(pdd_cluster, colocated, ki
     whole = _text(got["choices"][0], kind, streamed=False)
     assert whole == _text(want["choices"][0], kind, streamed=False)
     assert any(ord(c) > 127 for c in whole), "no multi-byte text: the test would prove nothing"
-    with requests.post(pdd_cluster.router_url + path, json={**body, "stream": True},
-                       timeout=300, stream=True) as resp:  # fmt: skip
+    with requests.post(
+        pdd_cluster.router_url + path, json={**body, "stream": True}, timeout=300, stream=True
+    ) as resp:
         assert resp.status_code == 200, resp.text
-        pieces = [_text(c, kind, streamed=True) for chunk in iter_sse(resp)
-                  for c in chunk.get("choices", [])]  # fmt: skip
+        pieces = [
+            _text(c, kind, streamed=True)
+            for chunk in iter_sse(resp)
+            for c in chunk.get("choices", [])
+        ]
     assert "".join(pieces) == whole
     assert len([p for p in pieces if p]) > 10  # really streamed in pieces

@@ -53,16 +53,19 @@ def tp_routers(server_group, pdd_cluster, tp_main):
 
     links = hold_links(server_group, pdd_cluster, tp_main, "tp2")
     args = (server_group, pdd_cluster, tp_main, links)
-    yield (links, start_held_router(*args, "router-tp2"),
-           start_held_router(*args, "router-tp2-cu", handoff_mode="catch-up",
-                             catchup_threshold=4, catchup_chunk=64))  # fmt: skip
+    yield (
+        links,
+        start_held_router(*args, "router-tp2"),
+        start_held_router(
+            *args, "router-tp2-cu", handoff_mode="catch-up", catchup_threshold=4, catchup_chunk=64
+        ),
+    )
     links.release()
     server_group.stop_named("router-tp2", "router-tp2-cu", "held-control-tp2")
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
-def test_handoffs_to_the_tensor_parallel_main_decode_match_colocated(tp_routers, colocated,
-                                                                     stream):  # fmt: skip
+def test_handoffs_to_the_tensor_parallel_main_decode_match_colocated(tp_routers, colocated, stream):
     """KV from the TP-1 P lands on both ranks (each its half of the KV heads); One-Shot and
     Catch-Up handoffs reach both ranks through SGLang's request broadcast, and the output
     equals the co-located server's."""
@@ -72,13 +75,20 @@ def test_handoffs_to_the_tensor_parallel_main_decode_match_colocated(tp_routers,
 
     links, one_shot, catch_up = tp_routers
     for i, prompt in enumerate(varied_prompts(3, seed=149 + stream)):
-        body = {"text": prompt, "sampling_params": {"temperature": 0.0, "max_new_tokens": 300,
-                                                    "ignore_eos": True,
-                                                    "frequency_penalty": 0.2 * i}}  # fmt: skip
+        body = {
+            "text": prompt,
+            "sampling_params": {
+                "temperature": 0.0,
+                "max_new_tokens": 300,
+                "ignore_eos": True,
+                "frequency_penalty": 0.2 * i,
+            },
+        }
         expected = generate(colocated.url, body)
         router, more = (catch_up, 100) if i == 2 else (one_shot, 0)
-        got = generate_with_handoff_at(router.url, links, body, stream=stream,
-                                       relay_tokens=(3, 40, 150)[i], relay_more=more)  # fmt: skip
+        got = generate_with_handoff_at(
+            router.url, links, body, stream=stream, relay_tokens=(3, 40, 150)[i], relay_more=more
+        )
         assert got.status == 200, got.body
         record = got.body["meta_info"]["pdd"]
         assert record["finished_on"] == "main", record

@@ -9,9 +9,16 @@ from sglang_pdd.policy.handoff import HandoffPolicy, HandoffPolicyConfig
 
 
 def _state(mode="one-shot", threshold=4, chunk=64, busy=0.5) -> RelayedHandoff:
-    return RelayedHandoff(HandoffPolicy(HandoffPolicyConfig(
-        mode=mode, catchup_threshold_tokens=threshold, catchup_chunk_tokens=chunk,
-        auto_relay_busy_fraction=busy)))  # fmt: skip
+    return RelayedHandoff(
+        HandoffPolicy(
+            HandoffPolicyConfig(
+                mode=mode,
+                catchup_threshold_tokens=threshold,
+                catchup_chunk_tokens=chunk,
+                auto_relay_busy_fraction=busy,
+            )
+        )
+    )
 
 
 def test_nothing_before_main_decode_is_ready():

@@ -17,8 +17,11 @@ from sglang_pdd.router.main_control import MainControlClient
 from sglang_pdd.testbed.ports import free_port
 from sglang_pdd.wire.messages import Extended, Watch
 
-_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-           | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)  # fmt: skip
+_FAILED = (
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+)
 
 
 @pytest.fixture
@@ -123,5 +126,8 @@ def test_curve_flags_are_refused_alone_or_with_unreadable_keys(keys, tmp_path):
     with pytest.raises(ValueError, match="--control-curve-secret and --control-curve-server"):
         RouterConfig(**base, control_curve_secret=str(folder / "router.key_secret"))
     with pytest.raises(ValueError, match="--control-curve-server .*not a readable"):
-        RouterConfig(**base, control_curve_secret=str(folder / "router.key_secret"),
-                     control_curve_server=str(tmp_path / "missing.key"))  # fmt: skip
+        RouterConfig(
+            **base,
+            control_curve_secret=str(folder / "router.key_secret"),
+            control_curve_server=str(tmp_path / "missing.key"),
+        )

@@ -68,8 +68,10 @@ def test_an_abort_that_overtakes_its_request_still_ends_it():
 
     state = MainDecodeState(free_port(), host="127.0.0.1")
     scheduler = SimpleNamespace(
-        waiting_queue=[], tree_cache=SimpleNamespace(disable=True),
-        token_to_kv_pool_allocator=SimpleNamespace(get_kvcache=object))  # fmt: skip
+        waiting_queue=[],
+        tree_cache=SimpleNamespace(disable=True),
+        token_to_kv_pool_allocator=SimpleNamespace(get_kvcache=object),
+    )
 
     def arrive(rid):
         req = SimpleNamespace(rid=rid, origin_input_ids=[1, 2, 3], prefix_len=0)

@@ -20,11 +20,18 @@ class _Batch:
 
 
 def _req(**params):
-    sampling = {"frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
-                "min_new_tokens": 0, "stop_token_ids": {7}, **params}  # fmt: skip
+    sampling = {
+        "frequency_penalty": 0.0,
+        "presence_penalty": 0.0,
+        "repetition_penalty": 1.0,
+        "min_new_tokens": 0,
+        "stop_token_ids": {7},
+        **params,
+    }
     tokenizer = SimpleNamespace(additional_stop_token_ids=None, eos_token_id=3)
-    return SimpleNamespace(sampling_params=SimpleNamespace(**sampling), eos_token_ids={3},
-                           tokenizer=tokenizer)  # fmt: skip
+    return SimpleNamespace(
+        sampling_params=SimpleNamespace(**sampling), eos_token_ids={3}, tokenizer=tokenizer
+    )
 
 
 def _orchestrator(reqs):
@@ -36,8 +43,9 @@ def _orchestrator(reqs):
         penaltylib.BatchedPresencePenalizer,
         penaltylib.BatchedRepetitionPenalizer,
     }
-    return penaltylib.BatchedPenalizerOrchestrator(vocab_size=VOCAB, batch=_Batch(reqs),
-                                                   penalizers=penalizers)  # fmt: skip
+    return penaltylib.BatchedPenalizerOrchestrator(
+        vocab_size=VOCAB, batch=_Batch(reqs), penalizers=penalizers
+    )
 
 
 def _penalized(orchestrator, logits):

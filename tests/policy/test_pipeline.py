@@ -106,8 +106,9 @@ def test_slo_compares_prefill_plus_live_link_and_explains_it():
     tiny = policy.decide(RequestFacts(1000, 999, 300, 1000), link, prefill_s=0.1)
     assert tiny.pipeline == "P-MD" and tiny.rule == "within_slo"
     # The same request behind 1 MB already queued on the link misses the objective.
-    queued = policy.decide(RequestFacts(1000, 999, 300, 1000),
-                           LinkEstimate(1e6, 0.2, backlog_bytes=1e6), prefill_s=0.1)  # fmt: skip
+    queued = policy.decide(
+        RequestFacts(1000, 999, 300, 1000), LinkEstimate(1e6, 0.2, backlog_bytes=1e6), prefill_s=0.1
+    )
     assert queued.pipeline == "P-RLD-MD" and "behind 1000 kB" in queued.reason
 
 

@@ -8,18 +8,21 @@ from sglang_pdd.router.auth import authorized, upstream_headers
 from sglang_pdd.router.config import MainEndpoint, RouterConfig
 
 
-@pytest.mark.parametrize("path, method, header, allowed", [
-    ("/generate", "POST", "Bearer s3cret", True),
-    ("/generate", "POST", "bearer s3cret", True),
-    ("/generate", "POST", "Bearer wrong", False),
-    ("/generate", "POST", "s3cret", False),
-    ("/v1/chat/completions", "POST", None, False),
-    ("/pdd/requests", "GET", None, False),
-    ("/health", "GET", None, True),
-    ("/health_generate", "GET", None, True),
-    ("/metrics", "GET", None, True),
-    ("/generate", "OPTIONS", None, True),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "path, method, header, allowed",
+    [
+        ("/generate", "POST", "Bearer s3cret", True),
+        ("/generate", "POST", "bearer s3cret", True),
+        ("/generate", "POST", "Bearer wrong", False),
+        ("/generate", "POST", "s3cret", False),
+        ("/v1/chat/completions", "POST", None, False),
+        ("/pdd/requests", "GET", None, False),
+        ("/health", "GET", None, True),
+        ("/health_generate", "GET", None, True),
+        ("/metrics", "GET", None, True),
+        ("/generate", "OPTIONS", None, True),
+    ],
+)
 def test_a_key_guards_everything_but_probes(path, method, header, allowed):
     assert authorized(path, method, header, "s3cret") is allowed
     assert authorized(path, method, header, None)  # no key: open, as SGLang
@@ -31,8 +34,11 @@ def test_instances_get_the_instance_key():
 
 
 def test_bad_keys_are_refused_naming_the_flag():
-    base = dict(prefill=("http://p:1",), relay=("http://r:1",),
-                main=(MainEndpoint("http://m:1", "tcp://m:2"),))  # fmt: skip
+    base = dict(
+        prefill=("http://p:1",),
+        relay=("http://r:1",),
+        main=(MainEndpoint("http://m:1", "tcp://m:2"),),
+    )
     for flag, field in (("--api-key", "api_key"), ("--instance-api-key", "instance_api_key")):
         for bad in ("", "two words"):
             with pytest.raises(ValueError, match=flag):

@@ -6,8 +6,16 @@ import pytest
 
 from sglang_pdd.router.cli import build_parser, config_from_args
 
-BASE = ["--prefill", "http://127.0.0.1:1", "--relay", "http://127.0.0.1:2",
-        "--main", "http://127.0.0.2:3", "--main-control", "tcp://127.0.0.2:4"]  # fmt: skip
+BASE = [
+    "--prefill",
+    "http://127.0.0.1:1",
+    "--relay",
+    "http://127.0.0.1:2",
+    "--main",
+    "http://127.0.0.2:3",
+    "--main-control",
+    "tcp://127.0.0.2:4",
+]
 
 
 def _config(*extra: str):
@@ -15,13 +23,31 @@ def _config(*extra: str):
 
 
 def test_flags_map_onto_the_config():
-    cfg = _config("--handoff-mode", "catch-up", "--catchup-threshold", "8", "--port", "9000",
-                  "--upstream-keepalive-s", "0", "--ttft-slo-s", "0")  # fmt: skip
+    cfg = _config(
+        "--handoff-mode",
+        "catch-up",
+        "--catchup-threshold",
+        "8",
+        "--port",
+        "9000",
+        "--upstream-keepalive-s",
+        "0",
+        "--ttft-slo-s",
+        "0",
+    )
     assert cfg.handoff.mode == "catch-up" and cfg.handoff.catchup_threshold_tokens == 8
     assert cfg.port == 9000 and cfg.upstream_keepalive_s == 0
     assert cfg.pipeline.ttft_slo_s == 0
-    cfg = _config("--handoff-mode", "auto", "--auto-relay-busy-fraction", "0.3",
-                  "--max-relay-load", "0.9", "--anomaly-max-output-tokens", "8")  # fmt: skip
+    cfg = _config(
+        "--handoff-mode",
+        "auto",
+        "--auto-relay-busy-fraction",
+        "0.3",
+        "--max-relay-load",
+        "0.9",
+        "--anomaly-max-output-tokens",
+        "8",
+    )
     assert cfg.handoff.auto_relay_busy_fraction == 0.3 and cfg.pipeline.max_relay_load == 0.9
     assert cfg.pipeline.anomaly_max_output_tokens == 8
     assert cfg.main[0].url == "http://127.0.0.2:3" and cfg.main[0].control == "tcp://127.0.0.2:4"

@@ -16,16 +16,20 @@ class WordTokenizer:
 
 
 def test_a_single_prompt_is_one_sub_request():
-    subs, many = expand_generate({"text": "a bb", "sampling_params": {"max_new_tokens": 3}},
-                                 WordTokenizer(), {})  # fmt: skip
+    subs, many = expand_generate(
+        {"text": "a bb", "sampling_params": {"max_new_tokens": 3}}, WordTokenizer(), {}
+    )
     assert not many and [(s.input_ids, s.sampling) for s in subs] == [
         ([1, 2], {"max_new_tokens": 3})
     ]
 
 
 def test_batch_times_n_is_prompt_major_with_rids_and_extra():
-    body = {"text": ["a", "bb cc"], "rid": ["x", "y"],
-            "sampling_params": {"n": 2, "temperature": 0}}  # fmt: skip
+    body = {
+        "text": ["a", "bb cc"],
+        "rid": ["x", "y"],
+        "sampling_params": {"n": 2, "temperature": 0},
+    }
     subs, many = expand_generate(body, WordTokenizer(), {"return_logprob": True})
     assert many
     assert [s.input_ids for s in subs] == [[1], [1], [2, 2], [2, 2]]
@@ -41,19 +45,23 @@ def test_input_ids_batches_and_per_prompt_sampling():
     subs, many = expand_generate(body, WordTokenizer(), {})
     assert many and [s.sampling["max_new_tokens"] for s in subs] == [1, 2]
     assert "rid" not in subs[0].extra
-    subs, many = expand_generate({"input_ids": [4, 5], "sampling_params": {"n": 3}},
-                                 WordTokenizer(), {})  # fmt: skip
+    subs, many = expand_generate(
+        {"input_ids": [4, 5], "sampling_params": {"n": 3}}, WordTokenizer(), {}
+    )
     assert many and len(subs) == 3
 
 
-@pytest.mark.parametrize("body, message", [
-    ({"text": [], "sampling_params": {}}, "empty batch"),
-    ({"text": ["a", "b"], "sampling_params": [{}]}, "1 entries for 2 prompts"),
-    ({"text": ["a", "b"], "rid": ["r"]}, "rid has 1 entries"),
-    ({"text": ["a", "b"], "rid": ["r", "r"]}, "rid repeats"),
-    ({"text": "a", "sampling_params": {"n": 0}}, "sampling_params.n must be a positive"),
-    ({"text": "a", "sampling_params": {"n": "2"}}, "sampling_params.n must be a positive"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({"text": [], "sampling_params": {}}, "empty batch"),
+        ({"text": ["a", "b"], "sampling_params": [{}]}, "1 entries for 2 prompts"),
+        ({"text": ["a", "b"], "rid": ["r"]}, "rid has 1 entries"),
+        ({"text": ["a", "b"], "rid": ["r", "r"]}, "rid repeats"),
+        ({"text": "a", "sampling_params": {"n": 0}}, "sampling_params.n must be a positive"),
+        ({"text": "a", "sampling_params": {"n": "2"}}, "sampling_params.n must be a positive"),
+    ],
+)
 def test_bad_batches_are_refused_by_name(body, message):
     with pytest.raises(UpstreamError) as err:
         expand_generate(body, WordTokenizer(), {})

@@ -72,12 +72,16 @@ def test_an_instance_whose_ready_answers_503_is_drained_until_it_answers_200():
         import aiohttp
 
         async with aiohttp.ClientSession() as session:
-            watch = asyncio.create_task(health.watch_ready(
-                session, [url, "http://127.0.0.1:1"], 0.01, drained.put_nowait))  # fmt: skip
+            watch = asyncio.create_task(
+                health.watch_ready(session, [url, "http://127.0.0.1:1"], 0.01, drained.put_nowait)
+            )
             answers["status"] = 503  # SIGTERM
             first = await asyncio.wait_for(drained.get(), 60)
-            out = (url in health.out_of_rotation(), health.is_draining(url),
-                   health.drain_cause(url))  # fmt: skip
+            out = (
+                url in health.out_of_rotation(),
+                health.is_draining(url),
+                health.drain_cause(url),
+            )
             answers["status"] = 200  # restarted
             while url in health.out_of_rotation():
                 await asyncio.sleep(0.01)

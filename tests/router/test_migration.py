@@ -23,8 +23,9 @@ def _failed(instance=MD, status=502):
 
 def test_a_greedy_request_whose_instance_failed_continues_within_the_limit():
     assert migration_refused(_failed(), _body(), [5, 6], done=0, limit=2) is None
-    assert migration_refused(_failed(status=504), _body(top_k=1, temperature=0.7), [5], 1,
-                             2) is None  # fmt: skip
+    assert (
+        migration_refused(_failed(status=504), _body(top_k=1, temperature=0.7), [5], 1, 2) is None
+    )
     assert "--migration-limit 2" in migration_refused(_failed(), _body(), [5], 2, 2)
     assert "--migration-limit 0" in migration_refused(_failed(), _body(), [5], 0, 0)
 
@@ -63,9 +64,14 @@ def test_the_continuation_starts_from_the_prompt_plus_what_the_client_has():
     body = {**_body(min_new_tokens=4, stop_token_ids=[9]), "return_logprob": True}
     cont = continuation(body, [5, 6, 7])
     assert cont["input_ids"] == [1, 2, 3, 5, 6, 7]
-    assert cont["sampling_params"] == {"temperature": 0.0, "max_new_tokens": 7,
-                                       "min_new_tokens": 1, "stop_token_ids": [9]}  # fmt: skip
+    assert cont["sampling_params"] == {
+        "temperature": 0.0,
+        "max_new_tokens": 7,
+        "min_new_tokens": 1,
+        "stop_token_ids": [9],
+    }
     assert cont["return_logprob"] is True
     assert body["input_ids"] == [1, 2, 3] and body["sampling_params"]["max_new_tokens"] == 10
-    assert continuation(_body(min_new_tokens=2), [5, 6, 7])["sampling_params"][
-        "min_new_tokens"] == 0  # fmt: skip
+    assert (
+        continuation(_body(min_new_tokens=2), [5, 6, 7])["sampling_params"]["min_new_tokens"] == 0
+    )

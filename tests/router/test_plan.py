@@ -10,16 +10,24 @@ from sglang_pdd.router.state import RouterState
 
 P = ("http://p0:1", "http://p1:1")
 RLD = ("http://r0:1", "http://r1:1")
-MD = (MainEndpoint("http://m0:1", "tcp://127.0.0.1:1"),
-      MainEndpoint("http://m1:1", "tcp://127.0.0.1:2"))  # fmt: skip
+MD = (
+    MainEndpoint("http://m0:1", "tcp://127.0.0.1:1"),
+    MainEndpoint("http://m1:1", "tcp://127.0.0.1:2"),
+)
 
 
 @pytest.fixture
 def state():
     async def build():  # zmq.asyncio sockets want a running loop
-        s = RouterState(RouterConfig(prefill=P, relay=RLD, main=MD,
-                                     pipeline=PipelinePolicyConfig(ttft_slo_s=0.5),
-                                     wan_bandwidth_mbps=8.0))  # fmt: skip
+        s = RouterState(
+            RouterConfig(
+                prefill=P,
+                relay=RLD,
+                main=MD,
+                pipeline=PipelinePolicyConfig(ttft_slo_s=0.5),
+                wan_bandwidth_mbps=8.0,
+            )
+        )
         s.kv_bytes_per_token = 512
         return s
 
@@ -65,8 +73,12 @@ def test_md_reports_stand_in_until_its_kv_events_arrive():
         from sglang_pdd.transfer.link_model import LinkModelConfig
         from sglang_pdd.wire.messages import Ready
 
-        site = MainSite(MainEndpoint("http://m:1", "tcp://127.0.0.1:1", "tcp://127.0.0.1:3"),
-                        LinkModelConfig(1e6, 0.1), 16, 1 << 12)  # fmt: skip
+        site = MainSite(
+            MainEndpoint("http://m:1", "tcp://127.0.0.1:1", "tcp://127.0.0.1:3"),
+            LinkModelConfig(1e6, 0.1),
+            16,
+            1 << 12,
+        )
         ids = list(range(640))
         from sglang_pdd.cache.prefix_blocks import block_hashes
 
@@ -88,8 +100,9 @@ def test_failed_instances_are_avoided_down_to_what_is_left(state):
         decision, (p, rld, md), _ = state.plan(ids, 64, failed)
         assert (p, rld, md.url, decision.pipeline) == (P[1], RLD[1], "http://m1:1", "P-RLD-MD")
     # No Main-Decode left: Relay-Decode finishes the request.
-    decision, (_, rld, _), main_plan = state.plan(ids, 64, frozenset({"http://m0:1",
-                                                                      "http://m1:1"}))  # fmt: skip
+    decision, (_, rld, _), main_plan = state.plan(
+        ids, 64, frozenset({"http://m0:1", "http://m1:1"})
+    )
     assert (decision.pipeline, decision.rule, main_plan) == ("P-RLD", "failover", None)
     assert rld in RLD
     # No Relay-Decode left: Main-Decode takes the request from P directly.

@@ -10,9 +10,16 @@ from sglang_pdd.router.record import PddRecord, token_logprobs
 
 def test_the_tail_belongs_to_the_newest_tokens():
     # Main-Decode after a handoff of 3 ids: P's first entry, padding, then its own tokens.
-    meta = {"output_token_logprobs": [[-1.0, 5, None], [None, 6, None], [None, 7, None],
-                                      [-0.5, 8, None], [-0.25, 9, None]],
-            "output_top_logprobs": [[], [], [], [[-0.5, 8, None]], [[-0.25, 9, None]]]}  # fmt: skip
+    meta = {
+        "output_token_logprobs": [
+            [-1.0, 5, None],
+            [None, 6, None],
+            [None, 7, None],
+            [-0.5, 8, None],
+            [-0.25, 9, None],
+        ],
+        "output_top_logprobs": [[], [], [], [[-0.5, 8, None]], [[-0.25, 9, None]]],
+    }
     tokens, tops = token_logprobs(meta, 2)
     assert tokens == [[-0.5, 8, None], [-0.25, 9, None]]
     assert tops == [[[-0.5, 8, None]], [[-0.25, 9, None]]]
@@ -22,8 +29,6 @@ def test_missing_entries_are_padded_not_shifted():
     tokens, tops = token_logprobs({"output_token_logprobs": [[-1.0, 5, None]]}, 2)
     assert tokens == [None, [-1.0, 5, None]] and tops == [None, None]
     assert token_logprobs({}, 0) == ([], [])
-
-
 
 
 @pytest.mark.parametrize(

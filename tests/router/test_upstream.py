@@ -41,13 +41,18 @@ def _collect(chunks, incremental):
 
 
 def test_incremental_chunks_become_cumulative():
-    chunks = [{"output_ids": [1], "meta_info": {}}, {"output_ids": [2, 3], "meta_info": {}},
-              {"output_ids": [4], "meta_info": {"finish_reason": {"type": "length"}}}]  # fmt: skip
+    chunks = [
+        {"output_ids": [1], "meta_info": {}},
+        {"output_ids": [2, 3], "meta_info": {}},
+        {"output_ids": [4], "meta_info": {"finish_reason": {"type": "length"}}},
+    ]
     assert _collect(chunks, incremental=True) == [[1], [1, 2, 3], [1, 2, 3, 4]]
 
 
 def test_cumulative_chunks_pass_through_and_abort_repeat_is_ignored():
     assert _collect([{"output_ids": [1]}, {"output_ids": [1, 2]}], False) == [[1], [1, 2]]
-    aborted = [{"output_ids": [5], "meta_info": {}},
-               {"output_ids": [5], "meta_info": {"finish_reason": {"type": "abort"}}}]  # fmt: skip
+    aborted = [
+        {"output_ids": [5], "meta_info": {}},
+        {"output_ids": [5], "meta_info": {"finish_reason": {"type": "abort"}}},
+    ]
     assert _collect(aborted, incremental=True) == [[5], [5]]

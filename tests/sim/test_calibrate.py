@@ -209,17 +209,42 @@ def _synthetic_testbed_json(path, cfg, sessions, outputs):
             ttft = _ttft(len(p) - hits[(s.sid, k)], hits[(s.sid, k)])
             gap = DECODE.step_time(len(p))
             rows.append(
-                {"sid": s.sid, "turn": k, "kind": t.kind, "prompt_tokens": len(p), "at_s": t.at_s,
-                 "late_s": 0.0, "status": 200, "ttft_s": ttft,
-                 "e2e_s": ttft + gap * (len(out) - 1), "gaps_s": [gap] * (len(out) - 1),
-                 "output_ids": out, "record": None, "error": ""}
-            )  # fmt: skip
-    args = {"workload": "agentic", "turns": cfg.turns, "context_tokens": cfg.context_tokens,
-            "max_new_tokens": cfg.output_tokens, "turn_interval_s": cfg.turn_interval_s,
-            "seed": cfg.seed, "wan_mbps": 8.0, "wan_delay_ms": 100.0, "ttft_slo_s": 0.5,
-            "handoff_mode": "one-shot", "max_total_tokens": 65536}  # fmt: skip
-    point = {"label": "synthetic", "wan_mbps": 8.0, "sessions": cfg.sessions, "summaries": [],
-             "requests": {"same-dc": rows, "cross-dc": rows}}  # fmt: skip
+                {
+                    "sid": s.sid,
+                    "turn": k,
+                    "kind": t.kind,
+                    "prompt_tokens": len(p),
+                    "at_s": t.at_s,
+                    "late_s": 0.0,
+                    "status": 200,
+                    "ttft_s": ttft,
+                    "e2e_s": ttft + gap * (len(out) - 1),
+                    "gaps_s": [gap] * (len(out) - 1),
+                    "output_ids": out,
+                    "record": None,
+                    "error": "",
+                }
+            )
+    args = {
+        "workload": "agentic",
+        "turns": cfg.turns,
+        "context_tokens": cfg.context_tokens,
+        "max_new_tokens": cfg.output_tokens,
+        "turn_interval_s": cfg.turn_interval_s,
+        "seed": cfg.seed,
+        "wan_mbps": 8.0,
+        "wan_delay_ms": 100.0,
+        "ttft_slo_s": 0.5,
+        "handoff_mode": "one-shot",
+        "max_total_tokens": 65536,
+    }
+    point = {
+        "label": "synthetic",
+        "wan_mbps": 8.0,
+        "sessions": cfg.sessions,
+        "summaries": [],
+        "requests": {"same-dc": rows, "cross-dc": rows},
+    }
     path.write_text(json.dumps({"args": args, "points": [point]}))
 
 

@@ -72,8 +72,9 @@ def test_the_simulator_drives_the_routers_handoff_state_machine():
 
     s = spec("pdd")
     sim = ClusterSim(s, config(s), RecordingPolicy(), RecordingHandoff())
-    records = sim.run([req(i, 0.1 * i, 20_000, 400, range(i * 100, i * 100 + 40))
-                       for i in range(4)])  # fmt: skip
+    records = sim.run(
+        [req(i, 0.1 * i, 20_000, 400, range(i * 100, i * 100 + 40)) for i in range(4)]
+    )
     assert all(r.pipeline == "P-RLD-MD" for r in records)
     for r in records:
         assert isinstance(r.handoff, RelayedHandoff) and r.handoff.done, r

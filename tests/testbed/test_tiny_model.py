@@ -26,16 +26,34 @@ def test_same_seed_same_weights_other_seed_other_weights(tmp_path):
 def test_shape_flags_set_kv_bytes_and_chat_template(tmp_path):
     from transformers import AutoConfig, AutoTokenizer
 
-    assert main(["--out", str(tmp_path), "--layers", "3", "--hidden", "96", "--heads", "6",
-                 "--kv-heads", "3", "--vocab", "400"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "--out",
+                str(tmp_path),
+                "--layers",
+                "3",
+                "--hidden",
+                "96",
+                "--heads",
+                "6",
+                "--kv-heads",
+                "3",
+                "--vocab",
+                "400",
+            ]
+        )
+        == 0
+    )
     cfg = AutoConfig.from_pretrained(tmp_path)
     assert (cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.hidden_size) == (3, 3, 96)
     assert TinyModelConfig(layers=3, hidden=96, heads=6, kv_heads=3).kv_bytes_per_token() == (
         2 * 3 * 3 * 16 * 2
     )
     tok = AutoTokenizer.from_pretrained(tmp_path)
-    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
-                                   add_generation_prompt=True)  # fmt: skip
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert text.endswith("<|assistant|>\n") and "hi" in text
 
 

@@ -33,13 +33,15 @@ def test_invalid_workload_flags_are_refused():
 
 
 def test_trace_blocks_map_to_equal_token_prefixes(tmp_path):
-    rows = [{"timestamp": 1000, "input_length": 1024, "output_length": 10, "hash_ids": [1, 2]},
-            {"timestamp": 3000, "input_length": 1500, "output_length": 900,
-             "hash_ids": [1, 2, 3]}]  # fmt: skip
+    rows = [
+        {"timestamp": 1000, "input_length": 1024, "output_length": 10, "hash_ids": [1, 2]},
+        {"timestamp": 3000, "input_length": 1500, "output_length": 900, "hash_ids": [1, 2, 3]},
+    ]
     path = tmp_path / "t.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows))
-    s = trace_sessions(TraceConfig(str(path), requests=2, block_tokens=8, speed=2.0,
-                                   max_output_tokens=64))  # fmt: skip
+    s = trace_sessions(
+        TraceConfig(str(path), requests=2, block_tokens=8, speed=2.0, max_output_tokens=64)
+    )
     first, second = s[0].turns[0], s[1].turns[0]
     assert len(first.new_ids) == 16 and len(second.new_ids) == round(1500 * 8 / 512)
     assert second.new_ids[:16] == first.new_ids
@@ -55,8 +57,14 @@ def test_missing_trace_is_refused():
 
 
 def test_sessions_stay_within_the_context_length():
-    cfg = AgenticConfig(sessions=4, turns=20, context_tokens=1500, output_tokens=600,
-                        max_context_tokens=4000, seed=2)  # fmt: skip
+    cfg = AgenticConfig(
+        sessions=4,
+        turns=20,
+        context_tokens=1500,
+        output_tokens=600,
+        max_context_tokens=4000,
+        seed=2,
+    )
     for s in agentic_sessions(cfg):
         history = 0
         for t in s.turns:

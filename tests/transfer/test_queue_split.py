@@ -52,8 +52,9 @@ def _queue_of(sender, room: int, send) -> str:
 @pytest.fixture
 def wan_prefill():
     previous = pdd_config.current()
-    pdd_config.set_current(pdd_config.PddServerConfig(role="prefill", wan_hosts=("127.0.0.2",),
-                                                      wan=WanLinkConfig()))  # fmt: skip
+    pdd_config.set_current(
+        pdd_config.PddServerConfig(role="prefill", wan_hosts=("127.0.0.2",), wan=WanLinkConfig())
+    )
     yield
     pdd_config.set_current(previous)
 

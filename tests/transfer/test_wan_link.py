@@ -51,8 +51,13 @@ def test_proxy_delays_each_direction_and_keeps_bytes_in_order():
 
         server = await asyncio.start_server(echo, "127.0.0.1", 0)
         target_port = server.sockets[0].getsockname()[1]
-        proxy = WanProxy("127.0.0.1", 0, "127.0.0.1", target_port,
-                         WanLinkConfig(bandwidth_mbps=100.0, one_way_delay_ms=100.0))  # fmt: skip
+        proxy = WanProxy(
+            "127.0.0.1",
+            0,
+            "127.0.0.1",
+            target_port,
+            WanLinkConfig(bandwidth_mbps=100.0, one_way_delay_ms=100.0),
+        )
         listener = await asyncio.start_server(proxy._handle, "127.0.0.1", 0)
         port = listener.sockets[0].getsockname()[1]
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -89,8 +94,13 @@ def test_a_reset_by_the_target_ends_the_clients_connection():
 
         server = await asyncio.start_server(send_then_reset, "127.0.0.1", 0)
         target_port = server.sockets[0].getsockname()[1]
-        proxy = WanProxy("127.0.0.1", 0, "127.0.0.1", target_port,
-                         WanLinkConfig(bandwidth_mbps=100.0, one_way_delay_ms=5.0))  # fmt: skip
+        proxy = WanProxy(
+            "127.0.0.1",
+            0,
+            "127.0.0.1",
+            target_port,
+            WanLinkConfig(bandwidth_mbps=100.0, one_way_delay_ms=5.0),
+        )
         listener = await asyncio.start_server(proxy._handle, "127.0.0.1", 0)
         port = listener.sockets[0].getsockname()[1]
         reader, writer = await asyncio.open_connection("127.0.0.1", port)

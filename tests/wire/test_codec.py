@@ -83,8 +83,14 @@ def test_oversized_messages_are_refused():
 
 def test_events_are_validated_for_the_router():
     assert isinstance(codec.decode_event(b'{"event": "ready", "rid": "r"}'), Ready)
-    for bad in (b"nope", b"[]", b'{"event": "ready"}', b'{"event": "boom", "rid": "r"}',
-                b'{"event": "extended", "rid": "r"}', b'{"op": "watch", "rid": "r"}'):  # fmt: skip
+    for bad in (
+        b"nope",
+        b"[]",
+        b'{"event": "ready"}',
+        b'{"event": "boom", "rid": "r"}',
+        b'{"event": "extended", "rid": "r"}',
+        b'{"op": "watch", "rid": "r"}',
+    ):
         with pytest.raises(ValueError):
             codec.decode_event(bad)
 
@@ -97,8 +103,9 @@ def test_the_rid_of_a_refused_message_is_recovered_when_usable():
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=30,
 )
 shaped = st.fixed_dictionaries(
