@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+
 from sglang_pdd.patches import PatchRecord
+
+logger = logging.getLogger("sglang_pdd")
 
 RECORD = PatchRecord(
     target="sglang.srt.managers.scheduler.Scheduler._poll_timeout_aborts",
@@ -32,6 +36,11 @@ def hook(original, self, *args, **kwargs):
     """SGLang's timeout aborts, plus this iteration's control messages (rank 0 of MD)."""
     local_reqs = original(self, *args, **kwargs)
     state = getattr(self, "_pdd_main", None)
-    if state is not None and (batch := state.read_control()) is not None:
-        local_reqs = [*local_reqs, batch]
-    return local_reqs
+    if state is None:
+        return local_reqs
+    try:
+        batch = state.read_control()
+    except Exception:  # SGLang's scheduler exits on an exception: the control plane must not
+        logger.exception("sglang-pdd: reading Main-Decode's control socket failed")
+        return local_reqs
+    return local_reqs if batch is None else [*local_reqs, batch]

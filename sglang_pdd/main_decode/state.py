@@ -112,7 +112,10 @@ class MainDecodeState:
         """Answer the sender (not the request's watcher) that its message changed nothing."""
         if self.socket is not None:
             error = Error(rid=rid, message=f"refused: {reason}")
-            self.socket.send_multipart([identity, codec.encode(error)], zmq.NOBLOCK)
+            try:
+                self.socket.send_multipart([identity, codec.encode(error)], zmq.NOBLOCK)
+            except zmq.ZMQError as exc:  # the peer is gone: nobody to tell
+                logger.warning("sglang-pdd: refusal to a control peer not sent: %s", exc)
 
     def wait_for_control(self, timeout_ms: int) -> None:
         """Block up to ``timeout_ms`` until a control message is pending (no-op without the
@@ -137,7 +140,7 @@ class MainDecodeState:
             identity, payload = frames
             try:
                 message = codec.decode_control(payload, self.vocab_size)
-            except ValueError as exc:
+            except Exception as exc:  # ValueError by contract; anything else must not escape
                 logger.warning("sglang-pdd: bad control message dropped: %s", exc)
                 rid = codec.rid_of(payload)
                 if rid is not None:  # tell the sender, so that its request does not hang
@@ -148,34 +151,44 @@ class MainDecodeState:
         return ControlMessages(tuple(items)) if items else None
 
     def apply_control(self, batch: ControlMessages) -> None:
-        """Act on messages ``read_control`` took (every rank, in the same iteration)."""
+        """Act on messages ``read_control`` took (every rank, in the same iteration).
+
+        The boundary between the control plane and SGLang's scheduler, which exits on an
+        exception: a message whose handling raises is logged and answered with an error, and
+        the next one is handled; nothing propagates."""
         for identity, message in batch.items:
-            rid = message.rid
-            if isinstance(message, Expire):  # made by rank 0 (the socket never accepts it)
-                self._expire(rid)
-                continue
-            self.idle.touch(rid)
-            owner = self.watchers.get(rid)
-            if owner is not None and owner != identity:
-                # A peer acts only on requests it watched first: no other peer may redirect
-                # their events, release them or hand them tokens.
-                logger.warning(
-                    "sglang-pdd: %s for %s from a peer that does not own it refused",
-                    _op(message),
-                    rid,
-                )
-                self._refuse(identity, rid, "another peer owns this request")
-                continue
-            if isinstance(message, Watch):
-                self.watchers[rid] = identity
-                if rid in self.parked:
-                    self._send(self._ready_event(self.parked[rid]))
-            elif owner is None:
-                self._refuse(identity, rid, f"{_op(message)} before watch")
-            elif isinstance(message, Release):
-                self.releases.add(rid)
-            elif isinstance(message, Handoff):
-                self.handoffs[rid] = (list(message.token_ids), message.final)
+            try:
+                self._apply(identity, message)
+            except Exception as exc:
+                logger.exception("sglang-pdd: handling %r failed", message)
+                if identity:
+                    self._refuse(identity, message.rid, f"{type(exc).__name__}: {exc}")
+
+    def _apply(self, identity: bytes, message: ControlMessage | Expire) -> None:
+        rid = message.rid
+        if isinstance(message, Expire):  # made by rank 0 (the socket never accepts it)
+            self._expire(rid)
+            return
+        self.idle.touch(rid)
+        owner = self.watchers.get(rid)
+        if owner is not None and owner != identity:
+            # A peer acts only on requests it watched first: no other peer may redirect their
+            # events, release them or hand them tokens.
+            logger.warning(
+                "sglang-pdd: %s for %s from a peer that does not own it refused", _op(message), rid
+            )
+            self._refuse(identity, rid, "another peer owns this request")
+            return
+        if isinstance(message, Watch):
+            self.watchers[rid] = identity
+            if rid in self.parked:
+                self._send(self._ready_event(self.parked[rid]))
+        elif owner is None:
+            self._refuse(identity, rid, f"{_op(message)} before watch")
+        elif isinstance(message, Release):
+            self.releases.add(rid)
+        elif isinstance(message, Handoff):
+            self.handoffs[rid] = (list(message.token_ids), message.final)
 
     def _expire(self, rid: str) -> None:
         """No control activity for ``idle.ttl_s``: end a parked request (its KV is cached, as

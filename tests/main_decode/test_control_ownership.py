@@ -161,3 +161,23 @@ def test_control_messages_read_on_rank_0_leave_every_rank_in_the_same_state():
         owner.close()
         intruder.close()
         rank0.socket.close()
+
+
+def test_a_message_whose_handling_raises_is_answered_and_the_next_one_is_handled():
+    """``apply_control`` runs inside SGLang's scheduler loop, which exits on an exception: a
+    failure handling one message becomes an error reply, and nothing propagates."""
+    port = free_port()
+    state = MainDecodeState(port, host="127.0.0.1", vocab_size=100)
+    router = _peer(port, b"router-a")
+    try:
+        _deliver(state, router, encode(Watch(rid="r.pdd-relayed")))
+        state.releases = None  # a bug in handling a release: set.add on None raises
+        _deliver(state, router, encode(Release(rid="r.pdd-relayed")))
+        reply = _reply(router)
+        assert reply["event"] == "error" and "AttributeError" in reply["message"], reply
+        state.releases = set()
+        _deliver(state, router, encode(Release(rid="r.pdd-relayed")))
+        assert state.releases == {"r.pdd-relayed"}
+    finally:
+        router.close()
+        state.socket.close()
