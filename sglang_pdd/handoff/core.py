@@ -11,6 +11,8 @@ own. The rules, each enforced here:
 * What to send MD and when is ``steps.RelayedHandoff``'s: nothing before MD's KV is ready, one
   Catch-Up chunk in flight at a time, a deferred final handoff made again ``retry_s`` later.
 * RLD finishing first (no final handoff pending) ends the request on RLD.
+* No handoff is made for a request whose remaining ids (``max_new_tokens`` less those RLD made)
+  RLD makes before the handoff's gap would end: it finishes on RLD.
 * RLD failing while MD holds the KV makes MD take every id the client has at once; failing
   before that (or after MD refused) fails the request (it migrates). P's own error, when P
   failed, is the one raised.
@@ -27,6 +29,7 @@ from sglang_pdd.handoff.signals import (
     Fail,
     FinishOnRelay,
     FollowMain,
+    KeepOnRelay,
     MainChunk,
     MainLost,
     NoteReady,
@@ -47,8 +50,11 @@ from sglang_pdd.wire.messages import Deferred, Error, Extended, Ready
 class HandoffCore:
     """One relayed request's handoff: ``on(input) -> [actions]``."""
 
-    def __init__(self, policy: HandoffPolicy, retry_s: float = 0.5) -> None:
+    def __init__(
+        self, policy: HandoffPolicy, retry_s: float = 0.5, max_new_tokens: int | None = None
+    ) -> None:
         self.steps = RelayedHandoff(policy, retry_s)
+        self.max_new_tokens = max_new_tokens  # the request's budget (None: the rule is off)
         self.relay_ids: list[int] = []  # RLD's ids the client has
         self.early_main: list[dict] = []  # MD's chunks read before its "extended" event
         self.relay_error: Exception | None = None  # RLD failed; MD took over for it
@@ -144,12 +150,39 @@ class HandoffCore:
         return actions
 
     def _tick(self, tick: Tick) -> list[Action]:
+        if (reason := self._finishes_sooner_on_relay(tick)) is not None:
+            self.steps.main_refused()  # nothing goes to MD; RLD finishes, MD is released
+            return [KeepOnRelay(reason)]
         step = self.steps.next_step(tick.relay_load, tick.now)
         if step is None:
             return []
         final = step.kind != CHUNK
         ids = list(self.relay_ids[: step.upto])
         return [SendToMain(ids, final, self.steps.mode, self.steps.chunks)]
+
+    def _finishes_sooner_on_relay(self, tick: Tick) -> str | None:
+        """Why RLD should finish the request itself, or None (the tail rule)."""
+        s = self.steps
+        if (
+            self.max_new_tokens is None
+            or tick.relay_itl_s is None
+            or tick.handoff_gap_s is None
+            or not s.ready
+            or not self.relay_ids
+            or s.relay_gone
+            or s.final_pending
+            or s.chunk_in_flight
+            or s.done
+            or s.refused
+        ):
+            return None
+        remaining = self.max_new_tokens - len(self.relay_ids)
+        if remaining * tick.relay_itl_s > tick.handoff_gap_s:
+            return None
+        return (
+            f"RLD makes the {remaining} remaining ids in {remaining * tick.relay_itl_s:.3f} s, "
+            f"within a handoff's {tick.handoff_gap_s:.3f} s"
+        )
 
     def _taken(self) -> list[Action]:
         self.ended = True

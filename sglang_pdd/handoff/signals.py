@@ -50,10 +50,16 @@ class MainLost:
 
 @dataclass(frozen=True)
 class Tick:
-    """A batch of inputs was fed: decide what to send MD (``now``: monotonic seconds)."""
+    """A batch of inputs was fed: decide what to send MD (``now``: monotonic seconds).
+
+    ``relay_itl_s``: RLD's seconds per id for this request so far; ``handoff_gap_s``: what a
+    final handoff costs the client (the router's estimate). With both, a request whose
+    remaining ids RLD makes sooner than that gap finishes on RLD."""
 
     now: float
     relay_load: float
+    relay_itl_s: float | None = None
+    handoff_gap_s: float | None = None
 
 
 # -- actions --------------------------------------------------------------------------------
@@ -105,6 +111,13 @@ class StayOnRelay:
 
 
 @dataclass(frozen=True)
+class KeepOnRelay:
+    """RLD finishes the request sooner than a handoff would let MD: no handoff is made."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class TakeOverFromLostRelay:
     """RLD failed while MD holds the KV: MD takes every id the client has at once."""
 
@@ -143,6 +156,7 @@ Action = (
     | RetryLater
     | ResendLostHandoff
     | StayOnRelay
+    | KeepOnRelay
     | TakeOverFromLostRelay
     | FinishOnRelay
     | FollowMain

@@ -123,6 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
         "everywhere); a Main-Decode parked before the handoff is exempt until the handoff",
     )
     p.add_argument(
+        "--handoff-gap-prior-s",
+        type=float,
+        default=None,
+        help="the client-visible cost of a final handoff (RTT + extend + one MD step) assumed "
+        "until one is measured (then their moving average); a relayed request whose remaining "
+        "ids RLD makes sooner finishes on RLD (default: --wan-rtt-ms)",
+    )
+    p.add_argument(
         "--handoff-retry-s",
         type=float,
         default=0.5,
@@ -253,6 +261,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         upstream_connect_timeout_s=args.upstream_connect_timeout_s,
         upstream_idle_timeout_s=args.upstream_idle_timeout_s,
         handoff_retry_s=args.handoff_retry_s,
+        handoff_gap_prior_s=args.handoff_gap_prior_s,
         migration_limit=args.migration_limit,
         control_timeout_s=args.control_timeout_s,
         control_curve_secret=args.control_curve_secret,

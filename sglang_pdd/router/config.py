@@ -49,6 +49,11 @@ class RouterConfig:
     # A final handoff Main-Decode defers (no KV room now) is made again this long after, with
     # the ids Relay-Decode streamed meanwhile (RLD keeps serving until MD takes one).
     handoff_retry_s: float = 0.5
+    # What a final handoff is assumed to cost the client (the final handoff sent to MD's first
+    # id back: an RTT, the extend, one of MD's steps) until the router has measured one; then
+    # the measurements' moving average. A relayed request whose remaining ids RLD makes sooner
+    # finishes on RLD (MD's cache is still warmed). None: the WAN RTT (--wan-rtt-ms).
+    handoff_gap_prior_s: float | None = None
     # Each Main-Decode control connection: one silent this long is dropped and redialed (the
     # router then watches its requests again), and a message that cannot be sent this long
     # fails (the request stays on Relay-Decode, or migrates).
@@ -116,6 +121,10 @@ class RouterConfig:
         ):
             if not value > 0:
                 raise ValueError(f"{flag} must be > 0 seconds, got {value}")
+        if self.handoff_gap_prior_s is not None and not self.handoff_gap_prior_s >= 0:
+            raise ValueError(
+                f"--handoff-gap-prior-s must be >= 0 seconds, got {self.handoff_gap_prior_s}"
+            )
         if self.main_transfer_start not in MAIN_TRANSFER_STARTS:
             raise ValueError(
                 f"--main-transfer-start must be one of "

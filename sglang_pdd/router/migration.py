@@ -11,6 +11,7 @@ failed instance's error, as before.
 
 from __future__ import annotations
 
+from sglang_pdd.router.request_fields import max_new_tokens
 from sglang_pdd.router.upstream import UpstreamError
 
 # Sampling fields whose state lives on the instance that generated the output so far.
@@ -45,7 +46,7 @@ def migration_refused(
             return f"sampling_params.{field} keeps state on the instance that generated"
     if float(sampling.get("repetition_penalty", 1.0)) != 1.0:
         return "sampling_params.repetition_penalty keeps state on the instance that generated"
-    if int(sampling.get("max_new_tokens", 128) or 128) <= len(emitted):
+    if max_new_tokens(sampling) <= len(emitted):
         return "every token was already sent"
     return None
 
@@ -53,7 +54,7 @@ def migration_refused(
 def continuation(body: dict, emitted: list[int]) -> dict:
     """The request that continues ``body`` after the client received ``emitted``."""
     sampling = dict(body.get("sampling_params") or {})
-    sampling["max_new_tokens"] = int(sampling.get("max_new_tokens", 128) or 128) - len(emitted)
+    sampling["max_new_tokens"] = max_new_tokens(sampling) - len(emitted)
     if sampling.get("min_new_tokens"):
         sampling["min_new_tokens"] = max(0, int(sampling["min_new_tokens"]) - len(emitted))
     return {**body, "input_ids": [*body["input_ids"], *emitted], "sampling_params": sampling}

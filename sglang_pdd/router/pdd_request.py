@@ -169,6 +169,7 @@ class PddRequestRun(RelayedPipeline):
                     rec.handoff_stall_s = now - self._last_relay_s
                     if rec.handoff_s is not None:
                         rec.handoff_to_main_s = now - rec.handoff_s
+                        self.router.note_handoff_gap(rec.handoff_to_main_s)
             rec.main_tokens += len(token_ids)
         rec.e2e_s = now
         if not self.body.get("return_logprob"):
@@ -195,6 +196,13 @@ class PddRequestRun(RelayedPipeline):
         """Abort this request's sub-requests on every instance, each by its exact rid."""
         pairs = [(url, rid) for url, rids in self.sub_rids().items() for rid in rids]
         await asyncio.gather(*(abort(self.router.session, url, rid) for url, rid in pairs))
+
+    def _relay_itl(self) -> float | None:
+        """RLD's seconds per id for this request so far (None before its second id)."""
+        rec = self.record
+        if rec.relay_tokens < 2 or rec.relay_last_s is None or rec.first_token_s is None:
+            return None
+        return (rec.relay_last_s - rec.first_token_s) / (rec.relay_tokens - 1)
 
     def _finished(self, finish_reason: dict | None) -> Finished:
         """The request's end, with its record's streaming figures filled in."""

@@ -27,6 +27,7 @@ class PddRecord:
     handoff_deferrals: int = 0  # final handoffs MD sent back for lack of KV room (RLD served on)
     main_refused: str | None = None  # why MD did not take the request (it finished on RLD)
     relay_failed: str | None = None  # RLD failed with MD ready: MD took over at once
+    kept_on_relay: str | None = None  # why no handoff was made (RLD finishes sooner)
     relay_ids_dropped: int = 0  # RLD ids held back during the final handoff, never sent
     migrations: list[str] = field(default_factory=list)  # earlier runs left: which failed, when
     wan_bytes: int = 0

@@ -25,6 +25,7 @@ from sglang_pdd.handoff.signals import (
     Fail,
     FinishOnRelay,
     FollowMain,
+    KeepOnRelay,
     MainChunk,
     MainLost,
     NoteReady,
@@ -37,6 +38,7 @@ from sglang_pdd.handoff.signals import (
     TakeOverFromLostRelay,
     Tick,
 )
+from sglang_pdd.router.request_fields import max_new_tokens
 from sglang_pdd.router.transfers import DROPPED
 from sglang_pdd.router.upstream import UpstreamError, abort, post_json
 from sglang_pdd.router.upstream_queue import END as _END
@@ -147,7 +149,9 @@ class RelayedPipeline:
         else:
             gate = self._spawn(self._main_gate(prefill1, main_rid))
         core = self._core = HandoffCore(
-            self.router.handoff_policy, self.router.config.handoff_retry_s
+            self.router.handoff_policy,
+            self.router.config.handoff_retry_s,
+            max_new_tokens(self.body["sampling_params"]),
         )
         follow: FollowMain | None = None
         while follow is None:
@@ -178,7 +182,14 @@ class RelayedPipeline:
                 actions += core.on(self._signal(kind, value, prefill1))
             if self.router.health.is_draining(self.main.url):
                 actions += core.on(MainLost(f"{self.main.url} is draining"))
-            actions += core.on(Tick(time.monotonic(), self.router.relay_load(self.relay_url)))
+            actions += core.on(
+                Tick(
+                    time.monotonic(),
+                    self.router.relay_load(self.relay_url),
+                    self._relay_itl(),
+                    self.router.handoff_gap_estimate_s,
+                )
+            )
             while actions:
                 action = actions.pop(0)
                 if isinstance(action, EmitRelayIds):
@@ -260,6 +271,11 @@ class RelayedPipeline:
                 "reconnect; making it again",
                 self.rid,
             )
+        elif isinstance(action, KeepOnRelay):
+            logger.info(
+                "sglang-pdd router: %s: %s; finishing on Relay-Decode", self.rid, action.reason
+            )
+            self.record.kept_on_relay = action.reason
         elif isinstance(action, StayOnRelay):
             logger.warning(
                 "sglang-pdd router: %s: no handoff to Main-Decode (%s); finishing on Relay-Decode",

@@ -8,6 +8,16 @@ the value that means "off" (``false``, ``null``, ``n: 1``, an empty list).
 
 from __future__ import annotations
 
+# SGLang's own default for sampling_params.max_new_tokens (SamplingParams; checked by
+# tests/router/test_request_fields.py against the installed SGLang).
+DEFAULT_MAX_NEW_TOKENS = 128
+
+
+def max_new_tokens(sampling: dict) -> int:
+    """The request's output budget, as SGLang reads ``sampling_params``."""
+    return int(sampling.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS) or DEFAULT_MAX_NEW_TOKENS)
+
+
 # /generate: fields the router serves.
 GENERATE_FIELDS = frozenset(
     {

@@ -11,6 +11,7 @@ from sglang_pdd.router.drain import draining_error
 from sglang_pdd.router.migration import continuation, migration_refused
 from sglang_pdd.router.pdd_request import PddRequestRun
 from sglang_pdd.router.record import Finished, TokenDelta
+from sglang_pdd.router.request_fields import max_new_tokens
 from sglang_pdd.router.state import RouterState
 from sglang_pdd.router.text import StreamingText
 from sglang_pdd.router.upstream import UpstreamError
@@ -35,7 +36,7 @@ class ClientRun:
             # the embedding): refuse it before any instance sees it.
             raise UpstreamError(400, {"error": {"message": bad, "code": 400}})
         self.body = {"input_ids": input_ids, "sampling_params": sampling, **extra}
-        max_new = int(sampling.get("max_new_tokens", 128) or 128)
+        max_new = max_new_tokens(sampling)
         decision, instances, main_plan = state.plan(input_ids, max_new)
         state.metrics.requests.labels(decision.pipeline, decision.rule).inc()
         self.run = PddRequestRun(state, self.body, self.rid, decision, instances, main_plan)

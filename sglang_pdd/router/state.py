@@ -57,6 +57,8 @@ class RouterState:
         # Seconds from a request's arrival to P's KV at Relay-Decode (P's queue and prefill),
         # learned from relayed requests' first tokens.
         self.prefill_estimate_s = 0.05
+        prior = config.handoff_gap_prior_s
+        self.handoff_gap_estimate_s = config.wan_rtt_ms / 1000 if prior is None else prior
         from sglang_pdd.router.metrics import RouterMetrics
 
         self.metrics = RouterMetrics(self.mains)
@@ -212,6 +214,10 @@ class RouterState:
         if url is not None:
             return self.relay_loads.get(url, 0.0)
         return min((self.relay_loads.get(u, 0.0) for u in self.config.relay), default=0.0)
+
+    def note_handoff_gap(self, seconds: float) -> None:
+        """A final handoff's cost to the client: sent to MD, to MD's first id back."""
+        self.handoff_gap_estimate_s += 0.2 * (seconds - self.handoff_gap_estimate_s)
 
     def note_prefill_time(self, seconds: float) -> None:
         """A relayed request's first token came ``seconds`` after it arrived."""

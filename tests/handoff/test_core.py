@@ -15,6 +15,7 @@ from sglang_pdd.handoff.signals import (
     Fail,
     FinishOnRelay,
     FollowMain,
+    KeepOnRelay,
     MainChunk,
     MainLost,
     NoteReady,
@@ -247,3 +248,30 @@ def test_the_main_stream_idle_limit_runs_only_while_md_owes_tokens():
 def test_an_input_the_core_does_not_know_is_refused_loudly():
     with pytest.raises(TypeError, match="cannot take"):
         HandoffCore(HandoffPolicy()).on(object())
+
+
+def _tail_core(max_new_tokens: int | None) -> HandoffCore:
+    return HandoffCore(HandoffPolicy(), retry_s=0.5, max_new_tokens=max_new_tokens)
+
+
+def test_a_request_rld_finishes_before_a_handoff_would_stays_on_rld():
+    """The tail rule: 18 ids left at 10 ms each end before a 300 ms handoff gap would."""
+    core = _tail_core(20)
+    assert core.on(READY) == [NoteReady(READY)]
+    assert core.on(relay(2)) == [emit(2)]
+    [keep] = core.on(Tick(0.0, 0.0, relay_itl_s=0.01, handoff_gap_s=0.3))
+    assert isinstance(keep, KeepOnRelay) and "18 remaining ids" in keep.reason
+    assert core.on(tick()) == []  # nothing goes to MD afterwards
+    assert core.on(relay(20, STOP)) == [emit(20, 2), FinishOnRelay(STOP)]
+
+
+@pytest.mark.parametrize(
+    ("max_new_tokens", "relay_itl_s", "handoff_gap_s"),
+    [(100, 0.01, 0.3), (None, 0.01, 0.3), (20, None, 0.3), (20, 0.01, None)],
+    ids=["remaining ids outlast the gap", "no budget", "no RLD pace yet", "no gap estimate"],
+)
+def test_otherwise_the_handoff_goes_ahead(max_new_tokens, relay_itl_s, handoff_gap_s):
+    core = _tail_core(max_new_tokens)
+    core.on(READY)
+    core.on(relay(2))
+    assert core.on(Tick(0.0, 0.0, relay_itl_s, handoff_gap_s)) == [final(2)]

@@ -53,6 +53,7 @@ def test_flags_map_onto_the_config():
     assert cfg.main[0].url == "http://127.0.0.2:3" and cfg.main[0].control == "tcp://127.0.0.2:4"
     assert _config().handoff_retry_s == 0.5
     assert _config("--handoff-retry-s", "2").handoff_retry_s == 2
+    assert _config("--handoff-gap-prior-s", "0.3").handoff_gap_prior_s == 0.3
 
 
 @pytest.mark.parametrize(
@@ -62,6 +63,7 @@ def test_flags_map_onto_the_config():
         (["--upstream-connect-timeout-s", "0"], "--upstream-connect-timeout-s"),
         (["--upstream-idle-timeout-s", "-5"], "--upstream-idle-timeout-s"),
         (["--handoff-retry-s", "0"], "--handoff-retry-s"),
+        (["--handoff-gap-prior-s", "-1"], "--handoff-gap-prior-s"),
         (["--migration-limit", "-1"], "--migration-limit"),
         (["--control-timeout-s", "0"], "--control-timeout-s"),
         (["--port", "70000"], "--port"),
