@@ -131,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
         "ids RLD makes sooner finishes on RLD (default: --wan-rtt-ms)",
     )
     p.add_argument(
+        "--no-tail-on-relay",
+        dest="tail_on_relay",
+        action="store_false",
+        help="hand every relayed request off once MD is ready, even one RLD finishes sooner",
+    )
+    p.add_argument(
         "--handoff-retry-s",
         type=float,
         default=0.5,
@@ -262,6 +268,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         upstream_idle_timeout_s=args.upstream_idle_timeout_s,
         handoff_retry_s=args.handoff_retry_s,
         handoff_gap_prior_s=args.handoff_gap_prior_s,
+        tail_on_relay=args.tail_on_relay,
         migration_limit=args.migration_limit,
         control_timeout_s=args.control_timeout_s,
         control_curve_secret=args.control_curve_secret,

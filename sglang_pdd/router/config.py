@@ -54,6 +54,8 @@ class RouterConfig:
     # the measurements' moving average. A relayed request whose remaining ids RLD makes sooner
     # finishes on RLD (MD's cache is still warmed). None: the WAN RTT (--wan-rtt-ms).
     handoff_gap_prior_s: float | None = None
+    # The rule above (False: every relayed request is handed off once MD is ready).
+    tail_on_relay: bool = True
     # Each Main-Decode control connection: one silent this long is dropped and redialed (the
     # router then watches its requests again), and a message that cannot be sent this long
     # fails (the request stays on Relay-Decode, or migrates).

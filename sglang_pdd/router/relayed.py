@@ -151,7 +151,9 @@ class RelayedPipeline:
         core = self._core = HandoffCore(
             self.router.handoff_policy,
             self.router.config.handoff_retry_s,
-            max_new_tokens(self.body["sampling_params"]),
+            max_new_tokens(self.body["sampling_params"])
+            if self.router.config.tail_on_relay
+            else None,
         )
         follow: FollowMain | None = None
         while follow is None:

@@ -334,7 +334,7 @@ def start_router(
     ``upstream_keepalive_s``, ``auto_relay_busy_fraction``, ``upstream_idle_timeout_s``,
     ``seeded_sampling``, ``api_key``, ``handoff_retry_s``, ``migration_limit``,
     ``control_curve`` (a (secret file, MD public key file) pair),
-    ``control_timeout_s``), and
+    ``control_timeout_s``, ``handoff_gap_prior_s``, ``tail_on_relay``), and
     ``relay_url`` reaches Relay-Decode another way (e.g. through a slow proxy), ``relays`` lists
     several Relay-Decodes instead, ``mains`` replaces the Main-Decodes it routes to."""
     cfg = cluster.config
@@ -351,6 +351,8 @@ def start_router(
         "seeded_sampling": cfg.seeded_sampling,
         "api_key": None,
         "handoff_retry_s": 0.5,
+        "handoff_gap_prior_s": None,
+        "tail_on_relay": True,
         "migration_limit": 2,
         "control_curve": None,
         # Tests stall control links on purpose (SIGSTOP on a proxy) for as long as they
@@ -394,6 +396,12 @@ def start_router(
             str(opts["handoff_retry_s"]),
             "--migration-limit",
             str(opts["migration_limit"]),
+            *(() if opts["tail_on_relay"] else ("--no-tail-on-relay",)),
+            *(
+                ("--handoff-gap-prior-s", str(opts["handoff_gap_prior_s"]))
+                if opts["handoff_gap_prior_s"] is not None
+                else ()
+            ),
             "--control-timeout-s",
             str(opts["control_timeout_s"]),
             *(("--incremental-streaming-output",) if opts["incremental_streaming_output"] else ()),

@@ -109,6 +109,8 @@ def held_links(server_group, pdd_cluster):
 
 
 def _held_router(server_group, pdd_cluster, held_links, name, **overrides):
+    """A router over ``held_links``: it hands off at the points its tests choose (the tail
+    rule is off unless ``overrides`` turns it on)."""
     from dataclasses import replace
 
     from sglang_pdd.testbed.cluster import start_router
@@ -122,7 +124,7 @@ def _held_router(server_group, pdd_cluster, held_links, name, **overrides):
         name=name,
         relay_url=held_links.relay.url,
         mains=[site],
-        **overrides,
+        **{"tail_on_relay": False, **overrides},
     )
 
 

@@ -104,7 +104,11 @@ def link_router(server_group, pdd_cluster, held_links):
     from sglang_pdd.testbed.cluster import start_router
 
     router = start_router(
-        server_group, pdd_cluster, name="router-link-faults", relay_url=held_links.relay.url
+        server_group,
+        pdd_cluster,
+        name="router-link-faults",
+        relay_url=held_links.relay.url,
+        tail_on_relay=False,
     )
     yield router
     server_group.stop_named(router.name)

@@ -136,6 +136,7 @@ def test_concurrent_requests_on_an_overlap_main_decode_match_colocated(
         name="router-overlap-load",
         relay_url=gate.url,
         mains=[overlap_main],
+        tail_on_relay=False,
     )
     try:
         prompts = varied_prompts(12, seed=139)

@@ -20,7 +20,13 @@ from sglang_pdd.testbed.client import (
     wait_all_in_rotation,
     wait_router_settled,
 )
-from sglang_pdd.testbed.held_links import generate_on_relay, generate_with_handoff_at, live_record
+from sglang_pdd.testbed.held_links import (
+    generate_on_relay,
+    generate_with_handoff_at,
+    live_record,
+    wait_for_record,
+    wait_held,
+)
 from tests.e2e.prompts import make_prompt, varied_prompts
 
 pytestmark = pytest.mark.servers
@@ -594,3 +600,51 @@ def test_router_api_key(server_group, pdd_cluster, colocated):
     )
     assert ok.status_code == 200
     assert ok.json()["output_ids"] == generate(colocated.url, body).output_ids
+
+
+def test_the_tail_rule_keeps_a_nearly_finished_request_on_relay_decode(
+    server_group, pdd_cluster, held_links, colocated
+):
+    """A router that expects a handoff to cost 1,000 s keeps on RLD a request whose remaining
+    ids RLD makes sooner: no handoff is sent once MD is ready, RLD finishes it (identical to
+    the co-located server), and MD's copy is released (its KV cached, nothing held)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.e2e.conftest import _held_router
+
+    router = _held_router(
+        server_group,
+        pdd_cluster,
+        held_links,
+        "router-tail",
+        tail_on_relay=True,
+        handoff_gap_prior_s=1000.0,
+    )
+    body = {**_held_body(varied_prompts(1, seed=171)[0], 40), "rid": "tail-rule"}
+    held_links.control.pause()
+    held_links.relay.arm(3)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(generate, router.url, body, True)
+            wait_held(held_links, future, "3 ids from Relay-Decode")
+            held_links.control.resume()  # MD's ready reaches the router: the rule decides
+            wait_for_record(
+                router.url, body["rid"], future, lambda r: r["kept_on_relay"], "the tail rule"
+            )
+            held_links.relay.release()
+            got = future.result(timeout=300)
+    finally:
+        held_links.release()
+    assert got.status == 200, got.body
+    assert got.output_ids == generate(colocated.url, body).output_ids
+    record = got.body["meta_info"]["pdd"]
+    assert (record["finished_on"], record["main_tokens"], record["handoff_chunks"]) == (
+        "relay",
+        0,
+        0,
+    ), record
+    assert "remaining ids" in record["kept_on_relay"], record
+    _assert_accounted(record, got.latency_s)
+    wait_router_settled(router.url)
+    _assert_nothing_held(pdd_cluster)
+    server_group.stop_named(router.name)
