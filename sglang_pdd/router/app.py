@@ -11,6 +11,7 @@ from sglang_pdd.router.auth import api_key_middleware
 from sglang_pdd.router.drain import drain, undrain
 from sglang_pdd.router.fanout import expand_generate, merged_events
 from sglang_pdd.router.openai_app import serve_openai
+from sglang_pdd.router.openai_format import bad_request as bad_openai_request
 from sglang_pdd.router.record import TokenDelta
 from sglang_pdd.router.request_fields import (
     GENERATE_FIELDS,
@@ -19,6 +20,7 @@ from sglang_pdd.router.request_fields import (
     unsupported_message,
     unsupported_sampling,
 )
+from sglang_pdd.router.request_model import InvalidRequest, validate_generate
 from sglang_pdd.router.run import ClientRun
 from sglang_pdd.router.state import RouterState
 from sglang_pdd.router.streaming import (
@@ -43,6 +45,7 @@ def _error(status: int, message: str) -> web.Response:
 async def generate(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     body = await json_body(request)
+    validate_generate(body, state.limits)
     if body.get("text") is None and body.get("input_ids") is None:
         return _error(400, "Either text or input_ids should be provided.")
     if unsupported := unsupported_fields(body, GENERATE_FIELDS):
@@ -237,12 +240,16 @@ async def upstream_errors(request, handler):
         return await handler(request)
     except UpstreamError as exc:
         return web.json_response(exc.body, status=exc.status)
+    except InvalidRequest as exc:  # the client's input: a 400 naming the field
+        if request.path.startswith("/v1/"):
+            return web.json_response(bad_openai_request(str(exc)).body, status=400)
+        return _error(400, str(exc))
 
 
 def build_app(state: RouterState) -> web.Application:
     app = web.Application(
         middlewares=[api_key_middleware(state.config.api_key), upstream_errors],
-        client_max_size=64 * 1024 * 1024,
+        client_max_size=int(state.config.max_body_mb * 2**20),
     )
     app[STATE] = state
     app.router.add_post("/generate", generate)

@@ -131,6 +131,24 @@ def build_parser() -> argparse.ArgumentParser:
         "ids RLD makes sooner finishes on RLD (default: --wan-rtt-ms)",
     )
     p.add_argument(
+        "--max-n",
+        type=int,
+        default=64,
+        help="the most samples (sampling_params.n, OpenAI n) one request may ask for (400 above)",
+    )
+    p.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=256,
+        help="the most prompts one batched /generate may carry (400 above)",
+    )
+    p.add_argument(
+        "--max-body-mb",
+        type=float,
+        default=64.0,
+        help="the largest request body accepted, in MiB (413 above)",
+    )
+    p.add_argument(
         "--no-tail-on-relay",
         dest="tail_on_relay",
         action="store_false",
@@ -269,6 +287,9 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         handoff_retry_s=args.handoff_retry_s,
         handoff_gap_prior_s=args.handoff_gap_prior_s,
         tail_on_relay=args.tail_on_relay,
+        max_n=args.max_n,
+        max_batch_size=args.max_batch_size,
+        max_body_mb=args.max_body_mb,
         migration_limit=args.migration_limit,
         control_timeout_s=args.control_timeout_s,
         control_curve_secret=args.control_curve_secret,

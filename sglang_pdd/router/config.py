@@ -67,6 +67,10 @@ class RouterConfig:
     # How many times one request may continue on other instances after the one serving it
     # failed or went silent (greedy requests only; router/migration.py). 0: never.
     migration_limit: int = 2
+    # What one client request may ask for: samples (n), prompts in a batch, body size (MiB).
+    max_n: int = 64
+    max_batch_size: int = 256
+    max_body_mb: float = 64.0
     # Clients must send "Authorization: Bearer <api_key>" (as to sglang.launch_server --api-key).
     api_key: str | None = None
     # Sent to every instance as "Authorization: Bearer <key>" (instances started with --api-key).
@@ -123,6 +127,11 @@ class RouterConfig:
         ):
             if not value > 0:
                 raise ValueError(f"{flag} must be > 0 seconds, got {value}")
+        for flag, value in (("--max-n", self.max_n), ("--max-batch-size", self.max_batch_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{flag} must be an integer >= 1, got {value!r}")
+        if not self.max_body_mb > 0:
+            raise ValueError(f"--max-body-mb must be > 0, got {self.max_body_mb}")
         if self.handoff_gap_prior_s is not None and not self.handoff_gap_prior_s >= 0:
             raise ValueError(
                 f"--handoff-gap-prior-s must be >= 0 seconds, got {self.handoff_gap_prior_s}"

@@ -19,6 +19,7 @@ from sglang_pdd.router.request_fields import (
     unsupported_message,
     unsupported_sampling,
 )
+from sglang_pdd.router.request_model import validate_openai
 from sglang_pdd.router.state import RouterState
 from sglang_pdd.router.streaming import (
     DISCONNECTED,
@@ -35,6 +36,7 @@ from sglang_pdd.router.upstream import UpstreamError
 async def serve_openai(request: web.Request, state: RouterState, kind: str):
     """Answer one OpenAI request of ``kind`` (``completion`` or ``chat``)."""
     body = await json_body(request)
+    validate_openai(body, state.limits)
     if unsupported := unsupported_fields(body, OPENAI_FIELDS):
         raise oai.bad_request(unsupported_message(unsupported))
     model = body.get("model") or state.model_info.get("model_path", "default")

@@ -24,6 +24,7 @@ from sglang_pdd.router.config import MainEndpoint, RouterConfig
 from sglang_pdd.router.health import InstanceHealth
 from sglang_pdd.router.main_control import MainControlClient
 from sglang_pdd.router.main_site import MainSite
+from sglang_pdd.router.request_model import RequestLimits
 from sglang_pdd.router.transfers import DEFERRED, MainTransfer
 from sglang_pdd.transfer.link_model import LinkModelConfig
 
@@ -37,6 +38,7 @@ class RouterState:
         self.config = config
         self.pipeline_policy = PipelinePolicy(config.pipeline)
         self.handoff_policy = HandoffPolicy(config.handoff)
+        self.limits = RequestLimits(config.max_n, config.max_batch_size)
         link = LinkModelConfig(config.wan_bandwidth_mbps * 1e6 / 8, config.wan_rtt_ms / 1000)
         self.mains = {
             m.url: MainSite(

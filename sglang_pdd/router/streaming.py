@@ -8,6 +8,7 @@ import json
 from aiohttp import web
 
 from sglang_pdd.router.fanout import SubRequest
+from sglang_pdd.router.request_model import decode_body
 from sglang_pdd.router.run import ClientRun
 from sglang_pdd.router.state import RouterState
 from sglang_pdd.router.upstream import UpstreamError
@@ -16,16 +17,16 @@ from sglang_pdd.router.upstream import UpstreamError
 DISCONNECTED = (ConnectionResetError, ConnectionError, asyncio.CancelledError)
 
 
+# Bodies larger than this are decoded off the event loop, so that other streams keep flowing.
+_DECODE_INLINE_BYTES = 1 << 20
+
+
 async def json_body(request: web.Request) -> dict:
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UpstreamError(
-            400, {"error": {"message": f"Invalid JSON body: {exc}", "code": 400}}
-        ) from exc
-    if not isinstance(body, dict):
-        raise UpstreamError(400, {"error": {"message": "JSON body must be an object"}})
-    return body
+    """The request's JSON object; ``InvalidRequest`` (a 400) for anything else."""
+    raw = await request.read()
+    if len(raw) > _DECODE_INLINE_BYTES:
+        return await asyncio.to_thread(decode_body, raw)
+    return decode_body(raw)
 
 
 async def sse(resp: web.StreamResponse, payload) -> None:
