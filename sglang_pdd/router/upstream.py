@@ -90,10 +90,22 @@ async def stream_sse(
             yield chunk
 
 
-async def abort(session: aiohttp.ClientSession, base_url: str, rid: str) -> None:
-    """Ask a server to abort the request ``rid`` (exact; best effort, logged)."""
+# An abort is best effort: a partitioned instance must not hold a request's clean-up (or its
+# migration) for as long as the partition lasts.
+ABORT_TIMEOUT_S = 10.0
+
+
+async def abort(
+    session: aiohttp.ClientSession, base_url: str, rid: str, timeout_s: float = ABORT_TIMEOUT_S
+) -> None:
+    """Ask a server to abort the request ``rid`` (exact; best effort, logged, at most
+    ``timeout_s``)."""
     try:
-        async with session.post(f"{base_url}/abort_request", json={"rid": rid}) as resp:
+        async with session.post(
+            f"{base_url}/abort_request",
+            json={"rid": rid},
+            timeout=aiohttp.ClientTimeout(total=timeout_s),
+        ) as resp:
             await resp.read()
-    except aiohttp.ClientError as exc:
-        logger.warning("sglang-pdd router: abort of %s on %s failed: %s", rid, base_url, exc)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        logger.warning("sglang-pdd router: abort of %s on %s failed: %s", rid, base_url, repr(exc))

@@ -56,3 +56,37 @@ def test_cumulative_chunks_pass_through_and_abort_repeat_is_ignored():
         {"output_ids": [5], "meta_info": {"finish_reason": {"type": "abort"}}},
     ]
     assert _collect(aborted, incremental=True) == [[5], [5]]
+
+
+def test_an_abort_to_an_instance_that_never_answers_gives_up():
+    """A partitioned instance (it takes the request and never answers) cannot hold a
+    request's clean-up: the abort ends after its deadline, logged, without raising."""
+    import asyncio
+
+    import aiohttp
+    from aiohttp import web
+
+    from sglang_pdd.router.upstream import abort
+
+    async def run():
+        reached, release = asyncio.Event(), asyncio.Event()
+
+        async def silent(request):
+            reached.set()
+            await release.wait()  # answers only once the test is over
+            return web.json_response({})
+
+        app = web.Application()
+        app.router.add_post("/abort_request", silent)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        async with aiohttp.ClientSession() as session:
+            await abort(session, f"http://127.0.0.1:{port}", "r", timeout_s=0.2)
+        release.set()
+        await runner.cleanup()
+        return reached.is_set()
+
+    assert asyncio.run(run())
