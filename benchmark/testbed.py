@@ -27,7 +27,7 @@ from pathlib import Path
 
 import requests
 
-from sglang_pdd.testbed.client import generate, pd_generate, wait_router_settled
+from sglang_pdd.testbed.client import generate, wait_router_settled
 from sglang_pdd.testbed.cluster import (
     DATACENTER_B_HOST,
     PddCluster,
@@ -36,6 +36,7 @@ from sglang_pdd.testbed.cluster import (
     start_router,
     start_wan_proxy,
 )
+from sglang_pdd.testbed.gateway import start_smg
 from sglang_pdd.testbed.launcher import ServerGroup, ServerSpec
 from sglang_pdd.testbed.replay import run_workload
 from sglang_pdd.testbed.report import (
@@ -65,6 +66,7 @@ class Testbed:
     cross_dc_decode: str  # SGLang PD's decode server in datacenter B, through the WAN proxy
     cross_dc_direct: str  # the same server without the proxy (for cache flushes)
     routers: dict  # contender name -> router URL
+    gateways: dict  # baseline name -> SGLang's gateway (smg) URL in front of its PD
 
 
 def start_testbed(group: ServerGroup, model: str, link: WanLinkConfig, args) -> Testbed:
@@ -100,25 +102,23 @@ def start_testbed(group: ServerGroup, model: str, link: WanLinkConfig, args) -> 
         )
     )
     via_wan = start_wan_proxy(group, "cross-dc-wan-http", decode.port, link)
+    p = cluster.prefill
+    # SGLang PD as operators run it: behind SGLang's gateway. Same-DC: RLD's server as the
+    # decode server beside P; cross-DC: the decode server in datacenter B, across the WAN.
+    gateways = {
+        "same-dc": start_smg(group, "smg-same-dc", p.url, p.bootstrap_port, cluster.relay.url).url,
+        "cross-dc": start_smg(group, "smg-cross-dc", p.url, p.bootstrap_port, via_wan).url,
+    }
     routers = {"pdd": cluster.router_url}
     if "pdd-after-relay" in args.contenders:
         routers["pdd-after-relay"] = start_router(
             group, cluster, name="router-after-relay", main_transfer_start="after-relay"
         ).url
-    return Testbed(cluster, via_wan, decode.url, routers)
+    return Testbed(cluster, via_wan, decode.url, routers, gateways)
 
 
 def sender(tb: Testbed, name: str):
-    p = tb.cluster.prefill
-    if name == "same-dc":
-        return lambda body: pd_generate(
-            p.url, p.bootstrap_port, tb.cluster.relay.url, body, stream=True, incremental=True
-        )
-    if name == "cross-dc":
-        return lambda body: pd_generate(
-            p.url, p.bootstrap_port, tb.cross_dc_decode, body, stream=True, incremental=True
-        )
-    url = tb.routers[name]
+    url = tb.gateways.get(name) or tb.routers[name]
     return lambda body: generate(url, body, stream=True, incremental=True)
 
 
@@ -183,33 +183,10 @@ def run_point(tb: Testbed, sessions, names, label: str, log=print) -> dict:
 
 def run_bench_serving(group: ServerGroup, tb: Testbed, model: str, args, workdir: Path) -> dict:
     """Unmodified ``python -m sglang.bench_serving --backend sglang`` against the PDD router and
-    against SGLang's cross-DC PD (through ``sglang-pdd pd-lb``); returns each one's metrics."""
+    against SGLang's cross-DC PD (behind SGLang's gateway, ``smg``); returns each one's metrics."""
     import subprocess
 
-    from sglang_pdd.testbed.ports import free_port
-
-    port = free_port()
-    p = tb.cluster.prefill
-    lb = group.launch_command(
-        "cross-dc-lb",
-        [
-            sys.executable,
-            "-m",
-            "sglang_pdd.cli",
-            "pd-lb",
-            "--prefill",
-            p.url,
-            "--bootstrap-port",
-            str(p.bootstrap_port),
-            "--decode",
-            tb.cross_dc_decode,
-            "--port",
-            str(port),
-        ],
-        port,
-    )
-    group.wait_ready(lb, timeout=60, path="/v1/models")
-    targets = {"pdd": tb.routers["pdd"], "cross-dc": lb.url}
+    targets = {"pdd": tb.routers["pdd"], "cross-dc": tb.gateways["cross-dc"]}
     out = {}
     for name, url in targets.items():
         settle_and_flush(tb)

@@ -20,7 +20,6 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "sglang_pdd.main_decode.control_auth:main",
         "write CURVE key pairs for the Main-Decode control socket",
     ),
-    "pd-lb": ("sglang_pdd.testbed.pd_lb:main", "SGLang PD's load balancer (benchmarks)"),
     "hooks": ("sglang_pdd.patches:print_record", "print every hook sglang-pdd puts into SGLang"),
     "sim": ("sglang_pdd.sim.cli:sim_main", "simulate one cluster configuration on a trace"),
     "plan": ("sglang_pdd.sim.cli:plan_main", "search chip counts and link capacity for BCR"),
