@@ -1,0 +1,64 @@
+"""The testbed's summaries: E2E and ITL percentiles, PDD's phases per pipeline, the ratios
+table and the phase plot, from made-up results (no servers)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_pdd.router.record import PddRecord
+from sglang_pdd.testbed.replay import RequestResult
+from sglang_pdd.testbed.report import mean_phases, phase_plot, ratios, summarize, table
+
+
+def _result(e2e: float, ttft: float, gaps: list[float], record: PddRecord | None = None):
+    return RequestResult(
+        sid=0,
+        turn=0,
+        kind="turn",
+        prompt_tokens=10,
+        at_s=0.0,
+        late_s=0.0,
+        status=200,
+        ttft_s=ttft,
+        e2e_s=e2e,
+        gaps_s=gaps,
+        output_ids=[1] * (len(gaps) + 1),
+        record=None if record is None else record.as_dict(),
+    )
+
+
+def _handed_off(e2e: float) -> PddRecord:
+    return PddRecord(
+        pipeline="P-RLD-MD",
+        relay_tokens=3,
+        main_tokens=5,
+        first_token_s=0.2,
+        relay_last_s=0.5,
+        main_first_s=0.8,
+        e2e_s=e2e,
+        handoff_gaps_s=[0.3],
+    )
+
+
+def test_pdd_summary_carries_phases_per_pipeline_and_ratios_name_every_metric():
+    pdd = summarize("pdd", [_result(2.0, 0.2, [0.1, 0.3]), _result(3.0, 0.2, [0.1])])
+    assert pdd.e2e_p50 == pytest.approx(2.5) and pdd.itl_p90 is not None
+    records = [_handed_off(2.0), _handed_off(4.0)]
+    with_records = summarize("pdd", [_result(r.e2e_s, 0.2, [0.1], r) for r in records])
+    phases = with_records.phases["P-RLD-MD"]
+    assert phases["requests"] == 2
+    assert phases["to_first_token"] + phases["relay"] + phases["handoff_gap"] + phases[
+        "main"
+    ] == pytest.approx(3.0)
+    assert with_records.handoff_gap_p99 == pytest.approx(0.3)
+    cross = summarize("cross-dc", [_result(4.0, 1.0, [0.1, 0.1]), _result(5.0, 1.0, [0.1])])
+    text = ratios(pdd, cross)
+    assert "TTFT p50/p90/p99 0.20x" in text and "E2E p50/p90/p99 0.56x" in text, text
+    assert "pdd / cross-dc" in table([cross, with_records, pdd], baseline="cross-dc")
+    assert mean_phases([]) == {}
+
+
+def test_the_phase_plot_is_written(tmp_path):
+    path = tmp_path / "phases.png"
+    phase_plot(mean_phases([_handed_off(2.0).as_dict()]), {"cross-dc": 3.0}, str(path), "t")
+    assert path.stat().st_size > 1000
