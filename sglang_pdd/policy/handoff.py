@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from sglang_pdd.options import option
+
 HANDOFF_MODES = ("one-shot", "catch-up", "auto")
 
 
@@ -22,10 +24,21 @@ class HandoffPolicyConfig:
         is below auto_relay_busy_fraction, one-shot when RLD is busy).
     """
 
-    mode: str = "one-shot"
-    catchup_threshold_tokens: int = 64
-    catchup_chunk_tokens: int = 64
-    auto_relay_busy_fraction: float = 0.8
+    mode: str = option(
+        "one-shot",
+        "how RLD hands a request over to MD",
+        flag="--handoff-mode",
+        choices=HANDOFF_MODES,
+    )
+    catchup_threshold_tokens: int = option(
+        64,
+        "Catch-Up: hand over in chunks while the backlog exceeds this",
+        flag="--catchup-threshold",
+    )
+    catchup_chunk_tokens: int = option(64, "Catch-Up chunk size (tokens)", flag="--catchup-chunk")
+    auto_relay_busy_fraction: float = option(
+        0.8, "--handoff-mode auto: Catch-Up while RLD's live load is below this, One-Shot above"
+    )
 
     def __post_init__(self) -> None:
         if self.mode not in HANDOFF_MODES:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from sglang_pdd.options import option
+
 PIPELINE_P_MD = "P-MD"
 PIPELINE_P_RLD_MD = "P-RLD-MD"
 PIPELINE_P_RLD = "P-RLD"
@@ -46,12 +48,25 @@ class PipelinePolicyConfig:
         1.0 = full), relaying only queues the request behind RLD, so it goes P-MD instead.
     """
 
-    ttft_slo_s: float = 1.0
-    enable_relay: bool = True
-    enable_anomaly_filter: bool = True
-    anomaly_min_input_tokens: int = 32768
-    anomaly_max_output_tokens: int = 32
-    max_relay_load: float = 1.0
+    ttft_slo_s: float = option(
+        1.0,
+        "TTFT objective: a request whose first token from Main-Decode (prefill plus the KV's "
+        "time on the live link) is estimated later than this streams from Relay-Decode first "
+        "(P-RLD-MD); 0: always relay",
+    )
+    enable_relay: bool = option(True, "P-MD only (no Relay-Decode)", flag="--no-relay")
+    enable_anomaly_filter: bool = option(
+        True,
+        "never finish long-input/short-output requests on Relay-Decode alone",
+        flag="--no-anomaly-filter",
+    )
+    anomaly_min_input_tokens: int = option(32768, "anomaly filter: inputs at least this long ...")
+    anomaly_max_output_tokens: int = option(
+        32, "... with max_new_tokens at most this finish on RLD alone (P-RLD)"
+    )
+    max_relay_load: float = option(
+        1.0, "send requests P-MD when the least busy RLD's live load reaches this (1.0: full)"
+    )
 
     def __post_init__(self) -> None:
         _check_finite("ttft_slo_s", self.ttft_slo_s, positive=False)

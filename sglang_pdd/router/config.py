@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sglang_pdd.options import option
 from sglang_pdd.policy import HandoffPolicyConfig, PipelinePolicyConfig
 
 MAIN_TRANSFER_STARTS = ("with-prefill", "after-relay")
@@ -22,73 +23,123 @@ class MainEndpoint:
 class RouterConfig:
     """Instances behind the router and the policies it applies."""
 
-    prefill: tuple[str, ...]
-    relay: tuple[str, ...]
+    prefill: tuple[str, ...] = option(help="prefill server URL (repeat)", repeat=True)
+    relay: tuple[str, ...] = option(help="Relay-Decode URL (repeat)", repeat=True)
+    # Set by --main, --main-control and --main-kv-events together (router/cli.py).
     main: tuple[MainEndpoint, ...]
-    host: str = "127.0.0.1"
-    port: int = 8000
+    host: str = option("127.0.0.1", "address the router listens on")
+    port: int = option(8000, "port the router listens on")
     pipeline: PipelinePolicyConfig = field(default_factory=PipelinePolicyConfig)
     handoff: HandoffPolicyConfig = field(default_factory=HandoffPolicyConfig)
     # What the router assumes of the WAN when it estimates MD's readiness for the policy.
-    wan_bandwidth_mbps: float = 100.0
-    wan_rtt_ms: float = 40.0
+    wan_bandwidth_mbps: float = option(100.0, "WAN bandwidth the pipeline policy assumes")
+    wan_rtt_ms: float = option(40.0, "WAN RTT the policy assumes")
     # Block size of the router's mirror of Main-Decode's radix cache.
     cache_block_tokens: int = 16
     cache_capacity_blocks: int = 1 << 16
-    tokenizer_path: str | None = None
-    # How long an idle upstream connection may be reused. SGLang's servers close idle
-    # connections after SGLANG_TIMEOUT_KEEP_ALIVE (5 s); a request sent on one the server is
-    # closing fails, and over a WAN that window widens by the RTT. 0: a new connection each time.
-    upstream_keepalive_s: float = 2.0
+    tokenizer_path: str | None = option(None, "tokenizer to use (default: the servers' model path)")
+    # SGLang's servers close idle connections after SGLANG_TIMEOUT_KEEP_ALIVE (5 s); a request
+    # sent on one the server is closing fails, and over a WAN that window widens by the RTT.
+    upstream_keepalive_s: float = option(
+        2.0,
+        "reuse an idle connection to an instance for at most this long; keep it below "
+        "SGLang's 5 s keep-alive minus the link's RTT (0: a new connection per request)",
+    )
     # Connecting to an instance, and a decoding instance's stream going silent, are bounded:
     # past these the request ends with a 502/504 naming the instance (and is aborted
     # everywhere). A Main-Decode stream parked before the handoff is silent by design: its idle
     # clock starts at the final handoff.
-    upstream_connect_timeout_s: float = 10.0
-    upstream_idle_timeout_s: float = 600.0
-    # A final handoff Main-Decode defers (no KV room now) is made again this long after, with
-    # the ids Relay-Decode streamed meanwhile (RLD keeps serving until MD takes one).
-    handoff_retry_s: float = 0.5
-    # What a final handoff is assumed to cost the client (the final handoff sent to MD's first
-    # id back: an RTT, the extend, one of MD's steps) until the router has measured one; then
-    # the measurements' moving average. A relayed request whose remaining ids RLD makes sooner
-    # finishes on RLD (MD's cache is still warmed). None: the WAN RTT (--wan-rtt-ms).
-    handoff_gap_prior_s: float | None = None
-    # The rule above (False: every relayed request is handed off once MD is ready).
-    tail_on_relay: bool = True
-    # Each Main-Decode control connection: one silent this long is dropped and redialed (the
-    # router then watches its requests again), and a message that cannot be sent this long
-    # fails (the request stays on Relay-Decode, or migrates).
-    control_timeout_s: float = 5.0
-    # Each decoding instance in rotation is asked for /ready this often; one answering 503
-    # (SGLang's graceful shutdown after SIGTERM, or paused) is drained until it answers 200.
-    # 0: never asked.
-    instance_check_interval_s: float = 2.0
-    # How many times one request may continue on other instances after the one serving it
-    # failed or went silent (greedy requests only; router/migration.py). 0: never.
-    migration_limit: int = 2
+    upstream_connect_timeout_s: float = option(
+        10.0, "give up connecting to an instance after this long (the request gets a 502)"
+    )
+    upstream_idle_timeout_s: float = option(
+        600.0,
+        "end a request whose decoding instance sends nothing for this long (504, aborted "
+        "everywhere); a Main-Decode parked before the handoff is exempt until the handoff",
+    )
+    handoff_retry_s: float = option(
+        0.5,
+        "a final handoff Main-Decode defers for lack of KV room is made again this long "
+        "after (with the ids Relay-Decode streamed meanwhile; RLD serves until MD takes one)",
+    )
+    # Until the router has measured a final handoff's cost (the final handoff sent to MD's
+    # first id back), then the measurements' moving average. MD's cache is still warmed.
+    handoff_gap_prior_s: float | None = option(
+        None,
+        "the client-visible cost of a final handoff (RTT + extend + one MD step) assumed "
+        "until one is measured (then their moving average); a relayed request whose remaining "
+        "ids RLD makes sooner finishes on RLD (default: --wan-rtt-ms)",
+    )
+    # The rule above.
+    tail_on_relay: bool = option(
+        True,
+        "hand every relayed request off once MD is ready, even one RLD finishes sooner",
+        flag="--no-tail-on-relay",
+    )
+    control_timeout_s: float = option(
+        5.0,
+        "a Main-Decode control connection silent this long (ZeroMQ heartbeats) is dropped "
+        "and redialed, the router watching its requests again; a control message that cannot "
+        "be sent this long fails (the request stays on Relay-Decode or migrates)",
+    )
+    instance_check_interval_s: float = option(
+        2.0,
+        "ask each decoding instance for /ready this often; one answering 503 (SGLang's "
+        "graceful shutdown after SIGTERM, or paused) is drained: its requests move elsewhere "
+        "and it gets no new ones until /ready answers 200 again (0: never ask)",
+    )
+    # Greedy requests only (router/migration.py).
+    migration_limit: int = option(
+        2,
+        "times one greedy request may continue on other instances, from its prompt plus "
+        "the ids already sent, after the instance serving it failed or went silent (0: never)",
+    )
     # What one client request may ask for: samples (n), prompts in a batch, body size (MiB).
-    max_n: int = 64
-    max_batch_size: int = 256
-    max_body_mb: float = 64.0
-    # Clients must send "Authorization: Bearer <api_key>" (as to sglang.launch_server --api-key).
-    api_key: str | None = None
-    # Sent to every instance as "Authorization: Bearer <key>" (instances started with --api-key).
-    instance_api_key: str | None = None
-    # P-RLD-MD: when Main-Decode's copy of the KV is requested from P. "with-prefill": at once,
-    # beside Relay-Decode's (P holds it until the prefill ends; MD's KV leaves when it does);
-    # "after-relay": once P answered Relay-Decode's request (the earlier behaviour, for
-    # comparison and for prefill servers without sglang-pdd's hold hook).
-    main_transfer_start: str = "with-prefill"
-    # /generate streams carry only new ids and text per chunk (SGLang's flag of the same name).
-    incremental_streaming_output: bool = False
-    # Every instance runs --pdd-seeded-sampling: a seeded request with temperature > 0 draws
-    # the same tokens on each, so the router accepts it (else it refuses sampling_seed).
-    seeded_sampling: bool = False
-    # CURVE keys for every Main-Decode control connection (main_decode/control_auth.py): this
-    # router's key pair and the public key MD's were made with; both or neither.
-    control_curve_secret: str = ""
-    control_curve_server: str = ""
+    max_n: int = option(
+        64, "the most samples (sampling_params.n, OpenAI n) one request may ask for (400 above)"
+    )
+    max_batch_size: int = option(
+        256, "the most prompts one batched /generate may carry (400 above)"
+    )
+    max_body_mb: float = option(64.0, "the largest request body accepted, in MiB (413 above)")
+    api_key: str | None = option(
+        None,
+        "clients must send 'Authorization: Bearer KEY' (as sglang.launch_server "
+        "--api-key); /health*, /ready*, /metrics stay open",
+    )
+    instance_api_key: str | None = option(
+        None, "key the router presents to every instance (P, RLD, MD) started with --api-key"
+    )
+    # "with-prefill": MD's KV leaves P when the prefill ends; "after-relay": the earlier
+    # behaviour, for comparison and for prefill servers without sglang-pdd's hold hook.
+    main_transfer_start: str = option(
+        "with-prefill",
+        "P-RLD-MD: request Main-Decode's KV from P together with Relay-Decode's (P holds "
+        "it until the prefill ends; needs sglang-pdd on P) or only after P answered RLD's",
+        choices=MAIN_TRANSFER_STARTS,
+    )
+    incremental_streaming_output: bool = option(
+        False,
+        "/generate streams send only the new output ids and text in each chunk, as "
+        "SGLang's flag of the same name (default: cumulative, as SGLang's default)",
+    )
+    # A seeded request with temperature > 0 then draws the same tokens on each instance.
+    seeded_sampling: bool = option(
+        False,
+        "every instance runs with --pdd-seeded-sampling: accept sampling_seed (OpenAI "
+        "seed) with temperature > 0 (refused otherwise: each instance would draw differently)",
+    )
+    # CURVE keys for every Main-Decode control connection (main_decode/control_auth.py): both
+    # or neither.
+    control_curve_secret: str = option(
+        "",
+        "this router's CURVE key pair (a NAME.key_secret file from sglang-pdd "
+        "control-keys), for Main-Decodes started with --pdd-control-curve-secret; their "
+        "--pdd-control-curve-clients folder must hold this router's NAME.key",
+    )
+    control_curve_server: str = option(
+        "", "Main-Decode's CURVE public key (the NAME.key of its --pdd-control-curve-secret)"
+    )
 
     def __post_init__(self) -> None:
         if not self.prefill:

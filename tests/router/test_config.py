@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from sglang_pdd.options import field_default, flags
+from sglang_pdd.policy import HandoffPolicyConfig, PipelinePolicyConfig
 from sglang_pdd.router.cli import build_parser, config_from_args
+from sglang_pdd.router.config import MainEndpoint, RouterConfig
 
 BASE = [
     "--prefill",
@@ -105,3 +110,90 @@ def test_unknown_handoff_mode_lists_the_choices(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args([*BASE, "--handoff-mode", "eager"])
     assert "one-shot" in capsys.readouterr().err
+
+
+# Fields deliberately without a flag of their own: set by the --main trio, nested configs
+# (whose fields are flags), and the cache mirror's sizing.
+_NO_FLAG = {"main", "pipeline", "handoff", "cache_block_tokens", "cache_capacity_blocks"}
+
+
+@pytest.mark.parametrize("cls", [RouterConfig, PipelinePolicyConfig, HandoffPolicyConfig])
+def test_each_flag_defaults_to_its_field(cls):
+    """A default is written once, on the field: the parser's is the dataclass's."""
+    actions = build_parser()._option_string_actions
+    assert flags(cls), cls
+    for f in dataclasses.fields(cls):
+        if f.name not in flags(cls):
+            assert f.name in _NO_FLAG, f"{cls.__name__}.{f.name} has no flag: declare it option()"
+            continue
+        action = actions[flags(cls)[f.name]]
+        default = field_default(f)
+        if default is dataclasses.MISSING:  # required: the dataclass says what is missing
+            assert action.default in ([], None), f.name
+        elif isinstance(default, tuple):
+            assert tuple(action.default) == default, f.name
+        else:
+            assert action.default == default and type(action.default) is type(default), f.name
+
+
+def test_required_flags_alone_give_the_config_defaults():
+    expected = RouterConfig(
+        prefill=("http://127.0.0.1:1",),
+        relay=("http://127.0.0.1:2",),
+        main=(MainEndpoint("http://127.0.0.2:3", "tcp://127.0.0.2:4"),),
+    )
+    assert _config() == expected
+    assert expected.pipeline == PipelinePolicyConfig()
+    assert expected.handoff == HandoffPolicyConfig()
+
+
+def test_boolean_flags_keep_their_names_and_sense():
+    cfg = _config()
+    assert cfg.pipeline.enable_relay and cfg.pipeline.enable_anomaly_filter and cfg.tail_on_relay
+    assert not cfg.seeded_sampling and not cfg.incremental_streaming_output
+    cfg = _config(
+        "--no-anomaly-filter",
+        "--no-tail-on-relay",
+        "--seeded-sampling",
+        "--incremental-streaming-output",
+    )
+    assert not cfg.pipeline.enable_anomaly_filter and not cfg.tail_on_relay
+    assert cfg.seeded_sampling and cfg.incremental_streaming_output
+    assert cfg.pipeline.enable_relay
+
+
+def test_repeated_and_optional_flags():
+    cfg = _config(
+        "--prefill",
+        "http://127.0.0.9:1",
+        "--main",
+        "http://127.0.0.3:3",
+        "--main-control",
+        "tcp://127.0.0.3:4",
+        "--main-kv-events",
+        "tcp://127.0.0.2:5",
+        "--main-kv-events",
+        "tcp://127.0.0.3:5",
+        "--api-key",
+        "k",
+    )
+    assert cfg.prefill == ("http://127.0.0.1:1", "http://127.0.0.9:1")
+    assert [m.kv_events for m in cfg.main] == ["tcp://127.0.0.2:5", "tcp://127.0.0.3:5"]
+    assert cfg.api_key == "k" and cfg.instance_api_key is None
+    assert cfg.handoff_gap_prior_s is None and cfg.tokenizer_path is None
+
+
+def test_help_shows_the_defaults():
+    text = build_parser().format_help()
+    for shown in ("(default: 8000)", "(default: one-shot)", "(default: 1.0)", "(default: 64)"):
+        assert shown in text
+    assert "(default: with-prefill)" in text
+
+
+def test_main_turns_a_bad_value_into_a_usage_error(capsys):
+    from sglang_pdd.router.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main([*BASE, "--catchup-threshold", "0"])  # refused before anything is served
+    assert exit_.value.code == 2
+    assert "--catchup-threshold must be an integer >= 1" in capsys.readouterr().err
