@@ -378,7 +378,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace-speed", type=float, default=1.0)
     ap.add_argument("--wan-mbps", type=float, default=8.0)
     ap.add_argument("--wan-delay-ms", type=float, default=100.0)
-    ap.add_argument("--ttft-slo-s", type=float, default=0.5)
+    ap.add_argument(
+        "--ttft-slo-s",
+        type=float,
+        default=None,
+        help="the PDD router's --ttft-slo-s (default: the router's own default)",
+    )
     ap.add_argument("--handoff-mode", default="one-shot", choices=("one-shot", "catch-up", "auto"))
     ap.add_argument("--mains", type=int, default=1)
     ap.add_argument(

@@ -38,7 +38,10 @@ class PipelinePolicyConfig:
     ttft_slo_s: the operator's TTFT objective. A request whose first token from Main-Decode is
         estimated to come later than this (prefill, then the KV's wait on the live link) goes
         through RLD (P-RLD-MD), which streams while the WAN transfer runs; otherwise P-MD.
-        0 relays every request.
+        0 relays every request. None (the default): an objective relative to what RLD gives:
+        relay when the KV's wait on the link exceeds what a handoff costs the client (the
+        router's measured handoff gap), which is when relaying ends the answer sooner too:
+        RLD's ids during the wait outweigh the gap at the switch.
     enable_relay: False turns PDD into plain cross-datacenter PD (every request P-MD).
     enable_anomaly_filter: block the WAN transfer of long-input / short-output requests whose
         transfer would be slow and let RLD finish them (P-RLD).
@@ -48,11 +51,13 @@ class PipelinePolicyConfig:
         1.0 = full), relaying only queues the request behind RLD, so it goes P-MD instead.
     """
 
-    ttft_slo_s: float = option(
-        1.0,
+    ttft_slo_s: float | None = option(
+        None,
         "TTFT objective: a request whose first token from Main-Decode (prefill plus the KV's "
         "time on the live link) is estimated later than this streams from Relay-Decode first "
-        "(P-RLD-MD); 0: always relay",
+        "(P-RLD-MD); 0: always relay. Default: relay when the KV's wait on the link exceeds "
+        "the measured handoff gap (relaying then ends the whole answer sooner, not only its "
+        "first token)",
     )
     enable_relay: bool = option(True, "P-MD only (no Relay-Decode)", flag="--no-relay")
     enable_anomaly_filter: bool = option(
@@ -69,7 +74,8 @@ class PipelinePolicyConfig:
     )
 
     def __post_init__(self) -> None:
-        _check_finite("ttft_slo_s", self.ttft_slo_s, positive=False)
+        if self.ttft_slo_s is not None:
+            _check_finite("ttft_slo_s", self.ttft_slo_s, positive=False)
         _check_finite("max_relay_load", self.max_relay_load, positive=True)
         for flag in ("enable_relay", "enable_anomaly_filter"):
             if not isinstance(getattr(self, flag), bool):
@@ -158,12 +164,15 @@ class PipelinePolicy:
         relay_load: float = 0.0,
         *,
         prefill_s: float = 0.0,
+        handoff_gap_s: float | None = None,
     ) -> PipelineDecision:
         """Pick the pipeline for one request given its cache facts and the link's state.
 
         link: the live state of the path to the chosen MD (throughput, bytes queued ahead).
         relay_load: busy fraction of the least-loaded RLD (0 when unknown).
         prefill_s: the expected time until P has prefilled it (queue included).
+        handoff_gap_s: what a final handoff costs the client (the router's measured gap;
+            default: the link's RTT), for the relative objective (``ttft_slo_s`` None).
         """
         cfg = self.config
         if not isinstance(relay_load, (int, float)) or not relay_load >= 0:
@@ -176,12 +185,18 @@ class PipelinePolicy:
             f"behind {link.backlog_bytes / 1e3:.0f} kB at "
             f"{link.bandwidth_bytes_per_s * 8 / 1e6:.1f} Mbit/s, +{link.rtt_s:.2f}s)"
         )
-        slow = est > cfg.ttft_slo_s
+        if cfg.ttft_slo_s is None:
+            gap = link.rtt_s if handoff_gap_s is None else handoff_gap_s
+            _check_finite("handoff_gap_s", gap, positive=False)
+            slow = est - prefill_s > gap
+            objective = f"KV wait {est - prefill_s:.2f}s vs handoff gap {gap:.2f}s"
+        else:
+            slow = est > cfg.ttft_slo_s
+            objective = f"SLO {cfg.ttft_slo_s}s"
         if cfg.enable_relay and slow and relay_load >= cfg.max_relay_load:
             return PipelineDecision(
                 PIPELINE_P_MD,
-                f"{why} > SLO {cfg.ttft_slo_s}s but RLD load {relay_load:.2f} >= "
-                f"{cfg.max_relay_load}",
+                f"{why}, over {objective}, but RLD load {relay_load:.2f} >= {cfg.max_relay_load}",
                 wan_bytes,
                 est,
                 "relay_busy",
@@ -204,7 +219,7 @@ class PipelinePolicy:
         if cfg.enable_relay and slow:
             return PipelineDecision(
                 PIPELINE_P_RLD_MD,
-                f"{why} > SLO {cfg.ttft_slo_s}s: RLD streams first",
+                f"{why}, over {objective}: RLD streams first",
                 wan_bytes,
                 est,
                 "over_slo",
@@ -214,5 +229,5 @@ class PipelinePolicy:
                 PIPELINE_P_MD, f"relay disabled; {why}", wan_bytes, est, "relay_disabled"
             )
         return PipelineDecision(
-            PIPELINE_P_MD, f"{why} <= SLO {cfg.ttft_slo_s}s", wan_bytes, est, "within_slo"
+            PIPELINE_P_MD, f"{why}, within {objective}", wan_bytes, est, "within_slo"
         )

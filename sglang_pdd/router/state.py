@@ -281,7 +281,11 @@ class RouterState:
             if mp.extra_backlog:
                 link = replace(link, backlog_bytes=link.backlog_bytes + mp.extra_backlog)
             decision = self.pipeline_policy.decide(
-                facts, link, relay_load, prefill_s=self.prefill_estimate_s
+                facts,
+                link,
+                relay_load,
+                prefill_s=self.prefill_estimate_s,
+                handoff_gap_s=self.handoff_gap_estimate_s,
             )
             # The real cache hit first (a session stays where its KV is), then when its KV would
             # be ready, then load.

@@ -29,7 +29,7 @@ class PddClusterConfig:
     handoff_mode: str = "one-shot"
     catchup_threshold: int = 64
     catchup_chunk: int = 64
-    ttft_slo_s: float = 0.0  # 0: every request goes P-RLD-MD
+    ttft_slo_s: float | None = 0.0  # 0: every request goes P-RLD-MD; None: the router's default
     chunked_prefill_size: int = 512
     max_total_tokens: int = 65536
     log_transfers: bool = True
@@ -382,8 +382,7 @@ def start_router(
             str(opts["catchup_threshold"]),
             "--catchup-chunk",
             str(opts["catchup_chunk"]),
-            "--ttft-slo-s",
-            str(opts["ttft_slo_s"]),
+            *(("--ttft-slo-s", str(opts["ttft_slo_s"])) if opts["ttft_slo_s"] is not None else ()),
             "--upstream-keepalive-s",
             str(opts["upstream_keepalive_s"]),
             "--auto-relay-busy-fraction",

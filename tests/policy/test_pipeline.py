@@ -19,8 +19,11 @@ def facts(inp, cached, out=256):
     return RequestFacts(inp, cached, out, KV)
 
 
+SLO_1S = PipelinePolicy(PipelinePolicyConfig(ttft_slo_s=1.0))
+
+
 def test_high_hit_goes_straight_to_md():
-    d = PipelinePolicy().decide(facts(64_000, 60_000), LINK)
+    d = SLO_1S.decide(facts(64_000, 60_000), LINK)
     assert d.pipeline == "P-MD"
     assert d.wan_bytes == 4_000 * KV
     assert d.est_main_ready_s == pytest.approx(0.02 + 4_000 * KV / 1e9)
@@ -51,7 +54,7 @@ def test_anomalous_long_input_short_output_finishes_on_relay():
 
 
 def test_anomaly_filter_leaves_fast_transfers_alone():
-    assert PipelinePolicy().decide(facts(64_000, 63_900, out=8), LINK).pipeline == "P-MD"
+    assert SLO_1S.decide(facts(64_000, 63_900, out=8), LINK).pipeline == "P-MD"
 
 
 def test_anomaly_filter_can_be_disabled():
@@ -115,3 +118,16 @@ def test_slo_compares_prefill_plus_live_link_and_explains_it():
 def test_prefill_estimate_is_validated():
     with pytest.raises(ValueError, match="prefill_s"):
         PipelinePolicy().decide(facts(10, 0), LINK, prefill_s=float("nan"))
+
+
+def test_by_default_a_request_relays_when_its_kv_wait_outlasts_a_handoff():
+    """The relative objective: relay when the KV's wait on the link (0.22 s here) exceeds what
+    a handoff costs the client; then RLD's ids during the wait outweigh the switch."""
+    policy = PipelinePolicy()
+    request = facts(64_000, 60_000)
+    assert policy.decide(request, LINK, handoff_gap_s=0.1).pipeline == "P-RLD-MD"
+    d = policy.decide(request, LINK, handoff_gap_s=0.5, prefill_s=3.0)
+    assert d.pipeline == "P-MD" and "handoff gap 0.50s" in d.reason  # the prefill counts not
+    assert policy.decide(request, LINK).pipeline == "P-RLD-MD"  # no gap measured: the RTT
+    with pytest.raises(ValueError, match="handoff_gap_s"):
+        policy.decide(request, LINK, handoff_gap_s=float("nan"))

@@ -1,0 +1,540 @@
+"""The part of SGLang that sglang-pdd relies on, listed once, and a check of it.
+
+``SURFACE`` names every SGLang function, method, class, attribute and parameter name that code
+in ``sglang_pdd/`` and ``patches/`` uses, with the file that uses it. ``check_surface()``
+imports each one from the installed SGLang and says what is gone. Our code then reads SGLang
+objects with plain attribute access: a rename fails this check (``tests/test_sglang_surface.py``)
+instead of being hidden behind a ``getattr`` default. Upgrading SGLang: run that test, fix what
+it names, in our code and in this table.
+
+This module imports nothing from SGLang until ``check_surface`` runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import inspect
+import textwrap
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+FUNCTION = "function"  # a module-level function; params: parameter names relied on
+METHOD = "method"  # a method, classmethod or staticmethod; params: as for a function
+CLASS = "class"  # a class; params: constructor parameters relied on
+ATTR = "attr"  # an instance attribute: assigned as self.NAME in the class or a base, or a field
+CLASS_ATTR = "class_attr"  # an attribute of the class object itself
+
+
+@dataclass(frozen=True)
+class Use:
+    """One piece of SGLang our code relies on."""
+
+    module: str  # "sglang.srt.managers.scheduler"
+    name: str  # qualified name inside the module: "Scheduler.waiting_queue"
+    kind: str  # FUNCTION, METHOD, CLASS, ATTR or CLASS_ATTR
+    used_in: str  # our files that rely on it, repo-relative, ", "-separated
+    params: tuple[str, ...] = ()
+    # True: params are the leading parameters (after self/cls), in this order, because a hook
+    # receives them positionally (or our code passes them so).
+    positional: bool = False
+
+    @property
+    def target(self) -> str:
+        return f"{self.module}.{self.name}"
+
+
+def _attrs(module: str, cls: str, used_in: str, *names: str) -> tuple[Use, ...]:
+    """Instance attributes ``names`` of ``module.cls``, all used in ``used_in``."""
+    return tuple(Use(module, f"{cls}.{name}", ATTR, used_in) for name in names)
+
+
+_SCHED = "sglang.srt.managers.scheduler"
+_BATCH = "sglang.srt.managers.schedule_batch"
+_DECODE = "sglang.srt.disaggregation.decode"
+_MOONCAKE = "sglang.srt.disaggregation.mooncake.conn"
+_SAMPLING = "sglang.srt.sampling.sampling_batch_info"
+_PENALTY = "sglang.srt.sampling.penaltylib"
+_ARGS = "sglang.srt.server_args"
+_KV_EVENTS = "sglang.srt.disaggregation.kv_events"
+
+_STATE = "sglang_pdd/main_decode/state.py"
+_EXTEND = "sglang_pdd/main_decode/extend.py"
+_PENALTIES = "sglang_pdd/main_decode/penalties.py"
+_INIT = "patches/scheduler_init.py"
+_TWIN = "patches/prefill_twin_hold.py"
+_SEEDED = "patches/seeded_sampling.py"
+
+SURFACE: tuple[Use, ...] = (
+    # -- hook targets (patches/*.py RECORD.target) and the arguments the hooks take ----------
+    Use(
+        "sglang.srt.mem_cache.pool_host.common",
+        "_cuda_host_register",
+        FUNCTION,
+        "patches/cpu_host_register.py",
+        ("buffer",),
+        positional=True,
+    ),
+    Use(
+        "sglang.srt.mem_cache.pool_host.common",
+        "_cuda_host_unregister",
+        FUNCTION,
+        "patches/cpu_host_unregister.py",
+        ("buffer",),
+        positional=True,
+    ),
+    Use(_MOONCAKE, "MooncakeKVSender.__init__", METHOD, "patches/cpu_mooncake_sender_indices.py"),
+    Use(
+        "sglang.srt.distributed.parallel_state",
+        "init_model_parallel_group",
+        FUNCTION,
+        "patches/cpu_parallel_groups.py",
+        ("group_ranks", "local_rank", "backend", "use_pynccl"),  # use_pynccl: 4th or by name
+        positional=True,
+    ),
+    Use(_SCHED, "Scheduler.__init__", METHOD, _INIT, ("server_args",), positional=True),
+    Use(
+        _ARGS,
+        "ServerArgs.add_cli_args",
+        METHOD,
+        "patches/server_args_cli.py",
+        ("parser",),
+        positional=True,
+    ),
+    Use(
+        _ARGS,
+        "ServerArgs.from_cli_args",
+        METHOD,
+        "patches/server_args_from_cli.py",
+        ("args",),
+        positional=True,
+    ),
+    Use(
+        "sglang.srt.distributed.device_communicators.mooncake_transfer_engine",
+        "MooncakeTransferEngine.batch_transfer_sync",
+        METHOD,
+        "patches/kv_transfer_ledger.py",
+        ("session_id", "buffers", "peer_buffer_addresses", "lengths"),
+        positional=True,
+    ),
+    Use(
+        _MOONCAKE,
+        "MooncakeKVManager.add_transfer_request",
+        METHOD,
+        "patches/kv_transfer_queue_split.py",
+        ("bootstrap_room",),
+        positional=True,
+    ),
+    Use(_SCHED, "Scheduler.get_new_batch_prefill", METHOD, _TWIN),
+    Use(_SCHED, "Scheduler.process_decode_queue", METHOD, "patches/main_decode_queue.py"),
+    Use(
+        _SCHED,
+        "Scheduler.get_next_disagg_decode_batch_to_run",
+        METHOD,
+        "patches/main_handoff_batch.py",
+        ("running_batch",),
+        positional=True,
+    ),
+    Use(_DECODE, "DecodePreallocQueue._active_req_count", METHOD, "patches/main_admission.py"),
+    Use(_SCHED, "Scheduler._poll_timeout_aborts", METHOD, "patches/main_control_ingest.py"),
+    Use(
+        _SCHED,
+        "Scheduler.abort_request",
+        METHOD,
+        f"patches/main_abort.py, {_STATE}",
+        ("recv_req",),
+        positional=True,
+    ),
+    Use(_SCHED, "Scheduler.is_fully_idle", METHOD, "patches/main_idle.py"),
+    Use(
+        f"{_PENALTY}.orchestrator",
+        "BatchedPenalizerOrchestrator.__init__",
+        METHOD,
+        "patches/penalizer_order.py",
+    ),
+    Use(
+        _SAMPLING,
+        "SamplingBatchInfo.from_schedule_batch",
+        METHOD,
+        _SEEDED,
+        ("batch",),
+        positional=True,
+    ),
+    Use(
+        "sglang.srt.layers.sampler",
+        "multinomial_with_seed",
+        FUNCTION,
+        "patches/cpu_seeded_sampler_eager.py",
+        ("logprobs",),
+        positional=True,
+    ),
+    # -- the plugin machinery ------------------------------------------------------------------
+    Use(
+        "sglang.srt.plugins.hook_registry",
+        "HookRegistry.register",
+        METHOD,
+        "sglang_pdd/plugin.py",
+        ("target", "hook", "hook_type"),
+        positional=True,
+    ),
+    Use("sglang.srt.plugins.hook_registry", "HookRegistry.apply_hooks", METHOD, "sglang_pdd/plugin.py"),
+    Use("sglang.srt.plugins.hook_registry", "HookType", CLASS, "sglang_pdd/plugin.py"),
+    # -- the scheduler -------------------------------------------------------------------------
+    *_attrs(_SCHED, "Scheduler", f"{_STATE}, {_EXTEND}, {_TWIN}", "waiting_queue"),
+    *_attrs(_SCHED, "Scheduler", "patches/main_decode_queue.py", "running_batch"),
+    *_attrs(_SCHED, "Scheduler", f"{_STATE}, {_EXTEND}", "tree_cache", "token_to_kv_pool_allocator"),
+    *_attrs(
+        _SCHED,
+        "Scheduler",
+        _EXTEND,
+        "req_to_token_pool",
+        "spec_algorithm",
+        "last_batch",
+        "disagg_decode_prealloc_queue",
+    ),
+    *_attrs(_SCHED, "Scheduler", f"{_EXTEND}, {_INIT}", "model_config", "enable_overlap"),
+    *_attrs(_SCHED, "Scheduler", _INIT, "_request_dispatcher"),
+    *_attrs(
+        _SCHED, "Scheduler", _TWIN, "disagg_prefill_bootstrap_queue", "chunked_req", "result_queue"
+    ),
+    *_attrs(
+        "sglang.srt.disaggregation.prefill", "PrefillBootstrapQueue", _TWIN, "queue"
+    ),
+    *_attrs(_DECODE, "DecodePreallocQueue", "patches/main_admission.py", "scheduler"),
+    *_attrs(_DECODE, "DecodePreallocQueue", _EXTEND, "num_reserved_decode_tokens"),
+    *_attrs("sglang.srt.configs.model_config", "ModelConfig", _INIT, "vocab_size"),
+    Use("sglang.srt.runtime_context", "get_parallel", FUNCTION, _INIT),
+    # ParallelContext resolves pp_rank / attn_tp_rank / attn_cp_rank through __getattr__ from
+    # the published config: nothing static to check; the e2e tensor-parallel test covers them.
+    Use("sglang.utils", "TypeBasedDispatcher", CLASS, _INIT, ("mapping",), positional=True),
+    Use("sglang.utils", "TypeBasedDispatcher.__iadd__", METHOD, _INIT),
+    # -- server arguments (ServerArgs fields; the CLI namespace uses the same names) -------------
+    *_attrs(
+        _ARGS,
+        "ServerArgs",
+        _INIT,
+        "pp_size",
+        "dp_size",
+        "speculative_algorithm",
+        "page_size",
+        "enable_dp_attention",
+    ),
+    *_attrs(
+        _ARGS,
+        "ServerArgs",
+        "patches/server_args_from_cli.py",
+        "disaggregation_mode",
+        "disaggregation_decode_enable_radix_cache",
+    ),
+    # -- requests --------------------------------------------------------------------------------
+    *_attrs(
+        _BATCH,
+        "Req",
+        f"{_STATE}, {_EXTEND}, {_TWIN}, sglang_pdd/prefill/__init__.py",
+        "rid",
+    ),
+    *_attrs(
+        _BATCH,
+        "Req",
+        _STATE,
+        "origin_input_ids",
+        "prefix_len",
+        "skip_radix_cache_insert",
+        "full_untruncated_fill_ids",
+        "extend_end",
+        "return_logprob",
+        "logprob",
+    ),
+    *_attrs(_BATCH, "Req", f"{_STATE}, {_EXTEND}", "output_ids"),
+    *_attrs(
+        _BATCH,
+        "Req",
+        _EXTEND,
+        "inflight_middle_chunks",
+        "logprob_start_len",
+        "to_finish",
+        "grammar",
+    ),
+    *_attrs(_BATCH, "Req", _SEEDED, "sampling_params"),
+    Use(_BATCH, "Req.refresh_fill_ids", METHOD, _STATE),
+    *_attrs(
+        _BATCH,
+        "ReqLogprob",
+        _STATE,
+        "output_token_logprobs_val",
+        "output_token_logprobs_idx",
+        "output_top_logprobs_val",
+        "output_top_logprobs_idx",
+        "output_token_ids_logprobs_val",
+        "output_token_ids_logprobs_idx",
+    ),
+    *_attrs("sglang.srt.sampling.sampling_params", "SamplingParams", _SEEDED, "sampling_seed"),
+    Use(
+        "sglang.srt.constrained.base_grammar_backend",
+        "BaseGrammarObject.accept_token",
+        METHOD,
+        _EXTEND,
+        ("token",),
+        positional=True,
+    ),
+    Use(_BATCH, "FINISH_ABORT", CLASS, _EXTEND, ("message",), positional=True),
+    Use("sglang.srt.managers.io_struct", "AbortReq", CLASS, _STATE),
+    *_attrs("sglang.srt.managers.io_struct", "AbortReq", f"patches/main_abort.py, {_STATE}", "rid"),
+    *_attrs("sglang.srt.managers.io_struct", "AbortReq", "patches/main_abort.py", "abort_all"),
+    # -- batches ---------------------------------------------------------------------------------
+    Use(
+        _BATCH,
+        "ScheduleBatch.init_new",
+        METHOD,
+        _EXTEND,
+        (
+            "reqs",
+            "req_to_token_pool",
+            "token_to_kv_pool_allocator",
+            "tree_cache",
+            "model_config",
+            "enable_overlap",
+            "spec_algorithm",
+        ),
+    ),
+    Use(_BATCH, "ScheduleBatch.prepare_for_extend", METHOD, _EXTEND),
+    Use(_BATCH, "ScheduleBatch.filter_batch", METHOD, _EXTEND, ("reqs_to_exclude",)),
+    Use(_BATCH, "ScheduleBatch.merge_batch", METHOD, _EXTEND),
+    Use(_BATCH, "ScheduleBatch.is_empty", METHOD, f"{_EXTEND}, patches/main_decode_queue.py"),
+    *_attrs(_BATCH, "ScheduleBatch", f"{_EXTEND}, {_TWIN}, {_SEEDED}", "reqs"),
+    *_attrs(_BATCH, "ScheduleBatch", _EXTEND, "sampling_info", "batch_is_full"),
+    *_attrs(_BATCH, "ScheduleBatch", _SEEDED, "device"),
+    Use(_BATCH, "NextBatchPlan", CLASS, "patches/main_handoff_batch.py"),
+    *_attrs(_BATCH, "NextBatchPlan", "patches/main_handoff_batch.py", "batch_to_run", "running_batch"),
+    *_attrs(_SAMPLING, "SamplingBatchInfo", _SEEDED, "sampling_seed"),
+    *_attrs(_SAMPLING, "SamplingBatchInfo", _EXTEND, "penalizer_orchestrator"),
+    # -- penalizers (count_handed_off_ids writes their state tensors) ------------------------
+    *_attrs(
+        f"{_PENALTY}.orchestrator",
+        "BatchedPenalizerOrchestrator",
+        f"{_PENALTIES}, patches/penalizer_order.py",
+        "penalizers",
+    ),
+    *_attrs(f"{_PENALTY}.orchestrator", "BatchedPenalizerOrchestrator", _PENALTIES, "device"),
+    *_attrs(f"{_PENALTY}.orchestrator", "_BatchedPenalizer", _PENALTIES, "_is_prepared"),
+    *_attrs(
+        f"{_PENALTY}.frequency_penalty",
+        "BatchedFrequencyPenalizer",
+        _PENALTIES,
+        "cumulated_frequency_penalties",
+        "frequency_penalties",
+    ),
+    *_attrs(
+        f"{_PENALTY}.presence_penalty",
+        "BatchedPresencePenalizer",
+        _PENALTIES,
+        "cumulated_presence_penalties",
+        "presence_penalties",
+    ),
+    *_attrs(
+        f"{_PENALTY}.repetition_penalty",
+        "BatchedRepetitionPenalizer",
+        _PENALTIES,
+        "cumulated_repetition_penalties",
+        "repetition_penalties",
+    ),
+    *_attrs(
+        f"{_PENALTY}.min_new_tokens", "BatchedMinNewTokensPenalizer", _PENALTIES, "len_output_tokens"
+    ),
+    # -- KV memory and the radix tree ---------------------------------------------------------
+    *_attrs("sglang.srt.mem_cache.base_prefix_cache", "BasePrefixCache", f"{_STATE}, {_EXTEND}", "disable"),
+    Use(
+        "sglang.srt.mem_cache.base_prefix_cache",
+        "BasePrefixCache.checkpoint",
+        METHOD,
+        _STATE,
+        ("req", "up_to"),
+    ),
+    Use("sglang.srt.mem_cache.base_prefix_cache", "BasePrefixCache.evictable_size", METHOD, _EXTEND),
+    *_attrs(
+        "sglang.srt.mem_cache.allocator.base", "BaseTokenToKVPoolAllocator", _EXTEND, "size", "page_size"
+    ),
+    Use(
+        "sglang.srt.mem_cache.allocator.base",
+        "BaseTokenToKVPoolAllocator.available_size",
+        METHOD,
+        _EXTEND,
+    ),
+    Use(
+        "sglang.srt.mem_cache.allocator.base", "BaseTokenToKVPoolAllocator.get_kvcache", METHOD, _STATE
+    ),
+    *_attrs("sglang.srt.mem_cache.memory_pool", "KVCache", _STATE, "size", "page_size"),
+    Use("sglang.srt.mem_cache.memory_pool", "MHATokenToKVPool.get_kv_size_bytes", METHOD, _STATE),
+    # -- KV transfer (Mooncake) ----------------------------------------------------------------
+    Use(
+        _MOONCAKE,
+        "MooncakeKVSender.supports_host_tensor_indices",
+        CLASS_ATTR,
+        "patches/cpu_mooncake_sender_indices.py",
+    ),
+    *_attrs(
+        _MOONCAKE,
+        "MooncakeKVManager",
+        "patches/kv_transfer_queue_split.py",
+        "transfer_queues",
+        "transfer_infos",
+    ),
+    # -- KV cache events (the router decodes them as maps keyed by these field names) ----------
+    *_attrs(_KV_EVENTS, "EventBatch", "sglang_pdd/router/kv_events.py", "ts", "events"),
+    *_attrs(
+        _KV_EVENTS,
+        "BlockStored",
+        "sglang_pdd/cache/kv_event_view.py",
+        "block_hashes",
+        "parent_block_hash",
+        "token_ids",
+        "block_size",
+    ),
+    *_attrs(_KV_EVENTS, "BlockRemoved", "sglang_pdd/cache/kv_event_view.py", "block_hashes"),
+    Use(_KV_EVENTS, "AllBlocksCleared", CLASS, "sglang_pdd/cache/kv_event_view.py"),
+    # -- OpenAI logprob formatting (the router) ------------------------------------------------
+    Use(
+        "sglang.srt.entrypoints.openai.utils",
+        "to_openai_style_logprobs",
+        FUNCTION,
+        "sglang_pdd/router/openai_logprobs.py",
+        ("output_token_logprobs", "output_top_logprobs", "tokenizer"),
+    ),
+    Use(
+        "sglang.srt.entrypoints.openai.utils",
+        "_is_byte_level_tokenizer",
+        FUNCTION,
+        "sglang_pdd/router/openai_logprobs.py",
+        ("tokenizer",),
+        positional=True,
+    ),
+    Use(
+        "sglang.srt.entrypoints.openai.utils",
+        "token_id_to_bytes",
+        FUNCTION,
+        "sglang_pdd/router/openai_logprobs.py",
+        ("tokenizer", "token_id"),
+        positional=True,
+    ),
+)
+
+
+def check_surface(entries: Iterable[Use] = SURFACE) -> list[str]:
+    """Check ``entries`` (default: ``SURFACE``) against the installed SGLang.
+
+    Returns one human-readable line per problem (a module that does not import, a missing
+    class, function, method or attribute, a parameter that is gone or moved), or ``[]``.
+    Call it in a process where SGLang imports (on a CPU-only machine, after
+    ``sglang_pdd.cpu.activation.activate()``)."""
+    problems = []
+    for use in entries:
+        try:
+            problem = _problem(use)
+        except Exception as exc:  # e.g. an import that fails inside SGLang: a finding, not a crash
+            problem = f"{type(exc).__name__}: {exc}"
+        if problem is not None:
+            problems.append(f"{use.target} [{use.kind}, used in {use.used_in}]: {problem}")
+    return problems
+
+
+def _problem(use: Use) -> str | None:
+    try:
+        owner = importlib.import_module(use.module)
+    except ImportError as exc:
+        return f"module {use.module} does not import ({exc})"
+    *path, name = use.name.split(".")
+    for part in path:
+        if not hasattr(owner, part):
+            return f"{part!r} is missing"
+        owner = getattr(owner, part)
+    if use.kind == ATTR:
+        if not isinstance(owner, type):
+            return f"{owner!r} is not a class"
+        return None if _has_instance_attr(owner, name) else f"no instance attribute {name!r}"
+    if not hasattr(owner, name):
+        return f"{name!r} is missing"
+    obj = getattr(owner, name)
+    if use.kind == CLASS and not isinstance(obj, type):
+        return "is not a class"
+    if use.kind in (FUNCTION, METHOD) and not callable(obj):
+        return "is not callable"
+    return _params_problem(use, owner, name, obj) if use.params else None
+
+
+def _params_problem(use: Use, owner, name: str, obj) -> str | None:
+    try:
+        signature = inspect.signature(obj)
+    except (TypeError, ValueError) as exc:
+        return f"no signature to check ({exc})"
+    params = list(signature.parameters.values())
+    # Looked up on a class, a plain method still has self; classmethods come bound.
+    if use.kind == METHOD and not isinstance(
+        inspect.getattr_static(owner, name), (staticmethod, classmethod)
+    ):
+        params = params[1:]
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    named = [p.name for p in params if p.kind not in variadic]
+    gone = [p for p in use.params if p not in named]
+    if gone:
+        return f"parameter(s) {', '.join(gone)} gone: {name}{signature}"
+    if use.positional:
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        leading = [p.name for p in params if p.kind in positional][: len(use.params)]
+        if leading != list(use.params):
+            return f"leading parameters are no longer {', '.join(use.params)}: {name}{signature}"
+    return None
+
+
+def _has_instance_attr(cls: type, name: str) -> bool:
+    """Whether instances of ``cls`` get ``name``: a field (dataclass, msgspec struct, class-body
+    annotation) or a ``self.NAME = ...`` in the source of ``cls`` or one of its bases."""
+    for klass in inspect.getmro(cls):
+        if name in klass.__dict__.get("__annotations__", {}):
+            return True
+        if name in getattr(klass, "__struct_fields__", ()):  # msgspec, also built dynamically
+            return True
+        if name in getattr(klass, "__dataclass_fields__", {}):
+            return True
+        if isinstance(klass.__dict__.get(name), property):
+            return True
+        if name in _self_assigned(klass):
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def _self_assigned(klass: type) -> frozenset[str]:
+    """Names assigned as ``self.NAME = ...`` / ``self.NAME: T = ...`` in ``klass``'s source."""
+    try:
+        source = textwrap.dedent(inspect.getsource(klass))
+    except (OSError, TypeError):  # builtins, C extensions, classes made at run time
+        return frozenset()
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        else:
+            continue
+        for target in targets:
+            for leaf in _leaves(target):
+                if (
+                    isinstance(leaf, ast.Attribute)
+                    and isinstance(leaf.value, ast.Name)
+                    and leaf.value.id == "self"
+                ):
+                    names.add(leaf.attr)
+    return frozenset(names)
+
+
+def _leaves(target: ast.expr):
+    """The assigned expressions of one target (``self.a, self.b = ...`` has two)."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        for element in target.elts:
+            yield from _leaves(element)
+    elif isinstance(target, ast.Starred):
+        yield from _leaves(target.value)
+    else:
+        yield target
