@@ -3,7 +3,9 @@
 Each module defines ``RECORD`` (a ``PatchRecord``: target, hook type, why, how, and when the hook
 can be removed), ``hook`` (the callable HookRegistry installs) and ``applies()`` (whether this
 process needs it). Upgrading SGLang is a walk down ``PATCH_MODULES``: for each, check the target
-still exists with the same shape and whether its removal condition now holds.
+still exists with the same shape and whether its removal condition now holds;
+``tests/test_sglang_surface.py`` checks those shapes and every other SGLang name the code relies
+on (``sglang_pdd/sglang_surface.py``).
 ``sglang-pdd hooks`` prints this record.
 
 Installed as ``sglang_pdd.patches`` (setup.py maps this folder there).

@@ -30,6 +30,7 @@ def applies() -> bool:
 def hook(original, logprobs, *args, **kwargs):
     """Eager on the CPU."""
     if logprobs.device.type == "cpu":
+        # torch.compile's attribute, not SGLang's: absent where SGLang did not compile it.
         eager = getattr(original, "_torchdynamo_orig_callable", original)
         return eager(logprobs, *args, **kwargs)
     return original(logprobs, *args, **kwargs)

@@ -33,8 +33,8 @@ def hook(original, self, bootstrap_room, *args, **kwargs):
     from sglang_pdd import config as pdd_config
     from sglang_pdd.transfer.queue_split import is_wan_bound, queues_for
 
-    queues = getattr(self, "transfer_queues", None)
-    receivers = getattr(self, "transfer_infos", {}).get(bootstrap_room)
+    queues = self.transfer_queues
+    receivers = self.transfer_infos.get(bootstrap_room)
     wan_hosts = pdd_config.current().wan_hosts
     if not wan_hosts or not queues or len(queues) < 2 or not receivers:
         return original(self, bootstrap_room, *args, **kwargs)

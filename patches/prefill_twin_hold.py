@@ -30,14 +30,15 @@ def applies() -> bool:
 def _pending_rids(scheduler) -> set[str]:
     """Rids on this prefill server whose prefill has not been processed yet."""
     rids = {req.rid for req in scheduler.waiting_queue}
-    bootstrap = getattr(scheduler, "disagg_prefill_bootstrap_queue", None)
-    rids.update(req.rid for req in getattr(bootstrap, "queue", ()) or ())
-    chunked = getattr(scheduler, "chunked_req", None)
+    bootstrap = scheduler.disagg_prefill_bootstrap_queue  # None outside prefill mode
+    if bootstrap is not None:
+        rids.update(req.rid for req in bootstrap.queue)
+    chunked = scheduler.chunked_req
     if chunked is not None:
         rids.add(chunked.rid)
     # Overlap scheduling: batches launched but not processed yet (their KV is not cached).
-    for batch, *_ in getattr(scheduler, "result_queue", ()) or ():
-        rids.update(req.rid for req in getattr(batch, "reqs", ()) or ())
+    for batch, *_ in scheduler.result_queue:
+        rids.update(req.rid for req in batch.reqs)
     return rids
 
 

@@ -42,6 +42,7 @@ def hook(original, self, server_args, *args, **kwargs):
     from sglang_pdd.cpu.activation import is_active
     from sglang_pdd.plugin import applied_targets
 
+    # ours: absent when the server was not started through the --pdd-* parser (e.g. Engine())
     pdd_config.set_current(getattr(server_args, "_pdd", pdd_config.PddServerConfig()))
     result = original(self, server_args, *args, **kwargs)
     config = pdd_config.current()
@@ -49,14 +50,14 @@ def hook(original, self, server_args, *args, **kwargs):
         from sglang_pdd.main_decode.state import MainDecodeState
 
         pdd_config.check_main_decode_modes(
-            pp_size=int(getattr(server_args, "pp_size", 1) or 1),
-            dp_size=int(getattr(server_args, "dp_size", 1) or 1),
-            speculative=getattr(server_args, "speculative_algorithm", None),
-            page_size=int(getattr(server_args, "page_size", 1) or 1),
-            dp_attention=bool(getattr(server_args, "enable_dp_attention", False)),
+            pp_size=int(server_args.pp_size or 1),
+            dp_size=int(server_args.dp_size or 1),
+            speculative=server_args.speculative_algorithm,
+            page_size=int(server_args.page_size or 1),
+            dp_attention=bool(server_args.enable_dp_attention),
         )
 
-        vocab = getattr(getattr(self, "model_config", None), "vocab_size", None)
+        vocab = self.model_config.vocab_size
         # Only the rank that pulls requests (the one _poll_timeout_aborts runs on) binds the
         # control socket; main_control_ingest broadcasts what it reads to the other ranks.
         self._pdd_main = MainDecodeState(
@@ -72,7 +73,7 @@ def hook(original, self, server_args, *args, **kwargs):
         MARKER,
         os.getpid(),
         pdd_config.current().role,
-        bool(getattr(self, "enable_overlap", False)),
+        bool(self.enable_overlap),
         is_active(),
         ",".join(applied_targets()),
     )
@@ -93,6 +94,7 @@ def _dispatch_control_messages(scheduler) -> None:
 
     from sglang_pdd.main_decode.state import ControlMessages
 
+    # TypeBasedDispatcher.__iadd__ adds our type to the scheduler's own dispatcher.
     scheduler._request_dispatcher += TypeBasedDispatcher(
         [(ControlMessages, scheduler._pdd_main.apply_control)]
     )

@@ -45,6 +45,7 @@ def hook(server_args, cls, args, *rest, **kwargs):
             one_way_delay_ms=args.pdd_wan_delay_ms,
             jitter_ms=args.pdd_wan_jitter_ms,
         )
+    # Our own later --pdd-* flags keep getattr defaults: tests pass namespaces without them.
     config = PddServerConfig(
         role=args.pdd_role,
         wan_hosts=tuple(h.strip() for h in args.pdd_wan_hosts.split(",") if h.strip()),
@@ -59,8 +60,7 @@ def hook(server_args, cls, args, *rest, **kwargs):
         wan_fault_file=getattr(args, "pdd_wan_fault_file", ""),
     )
     config.check_against(
-        getattr(args, "disaggregation_mode", "null"),
-        bool(getattr(args, "disaggregation_decode_enable_radix_cache", False)),
+        args.disaggregation_mode, bool(args.disaggregation_decode_enable_radix_cache)
     )
     server_args._pdd = config
     return server_args

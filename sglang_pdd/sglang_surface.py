@@ -34,7 +34,9 @@ class Use:
     module: str  # "sglang.srt.managers.scheduler"
     name: str  # qualified name inside the module: "Scheduler.waiting_queue"
     kind: str  # FUNCTION, METHOD, CLASS, ATTR or CLASS_ATTR
-    used_in: str  # our files that rely on it, repo-relative, ", "-separated
+    # Our files that rely on it, ", "-separated, relative to the sglang_pdd package (patches/ is
+    # installed as sglang_pdd.patches).
+    used_in: str
     params: tuple[str, ...] = ()
     # True: params are the leading parameters (after self/cls), in this order, because a hook
     # receives them positionally (or our code passes them so).
@@ -45,271 +47,211 @@ class Use:
         return f"{self.module}.{self.name}"
 
 
+def _use(kind: str, module: str, name: str, used_in: str, *params: str) -> Use:
+    """An entry whose ``params`` our code passes (or reads) by name."""
+    return Use(module, name, kind, used_in, params)
+
+
+def _pos(kind: str, module: str, name: str, used_in: str, *params: str) -> Use:
+    """An entry whose leading parameters are ``params``, in order (hook targets)."""
+    return Use(module, name, kind, used_in, params, positional=True)
+
+
 def _attrs(module: str, cls: str, used_in: str, *names: str) -> tuple[Use, ...]:
-    """Instance attributes ``names`` of ``module.cls``, all used in ``used_in``."""
+    """Instance attributes ``names`` of ``module.cls``."""
     return tuple(Use(module, f"{cls}.{name}", ATTR, used_in) for name in names)
+
+
+def _methods(module: str, cls: str, used_in: str, *names: str) -> tuple[Use, ...]:
+    """Methods ``names`` of ``module.cls``, called without keyword arguments."""
+    return tuple(Use(module, f"{cls}.{name}", METHOD, used_in) for name in names)
 
 
 _SCHED = "sglang.srt.managers.scheduler"
 _BATCH = "sglang.srt.managers.schedule_batch"
+_IO = "sglang.srt.managers.io_struct"
+_ARGS = "sglang.srt.server_args"
 _DECODE = "sglang.srt.disaggregation.decode"
 _MOONCAKE = "sglang.srt.disaggregation.mooncake.conn"
+_ENGINE = "sglang.srt.distributed.device_communicators.mooncake_transfer_engine"
+_EVENTS = "sglang.srt.disaggregation.kv_events"
+_HOST = "sglang.srt.mem_cache.pool_host.common"
+_TREE = "sglang.srt.mem_cache.base_prefix_cache"
+_ALLOC = "sglang.srt.mem_cache.allocator.base"
+_POOL = "sglang.srt.mem_cache.memory_pool"
 _SAMPLING = "sglang.srt.sampling.sampling_batch_info"
 _PENALTY = "sglang.srt.sampling.penaltylib"
-_ARGS = "sglang.srt.server_args"
-_KV_EVENTS = "sglang.srt.disaggregation.kv_events"
+_HOOKS = "sglang.srt.plugins.hook_registry"
+_OPENAI = "sglang.srt.entrypoints.openai.utils"
 
-_STATE = "sglang_pdd/main_decode/state.py"
-_EXTEND = "sglang_pdd/main_decode/extend.py"
-_PENALTIES = "sglang_pdd/main_decode/penalties.py"
+_STATE = "main_decode/state.py"
+_EXTEND = "main_decode/extend.py"
+_PENALTIES = "main_decode/penalties.py"
 _INIT = "patches/scheduler_init.py"
 _TWIN = "patches/prefill_twin_hold.py"
 _SEEDED = "patches/seeded_sampling.py"
+_LOGPROBS = "router/openai_logprobs.py"
+_VIEW = "cache/kv_event_view.py"
 
 SURFACE: tuple[Use, ...] = (
-    # -- hook targets (patches/*.py RECORD.target) and the arguments the hooks take ----------
-    Use(
-        "sglang.srt.mem_cache.pool_host.common",
-        "_cuda_host_register",
+    # -- hook targets (patches/*.py RECORD.target) and the leading arguments the hooks take --
+    _pos(FUNCTION, _HOST, "_cuda_host_register", "patches/cpu_host_register.py", "buffer"),
+    _pos(FUNCTION, _HOST, "_cuda_host_unregister", "patches/cpu_host_unregister.py", "buffer"),
+    _use(METHOD, _MOONCAKE, "MooncakeKVSender.__init__", "patches/cpu_mooncake_sender_indices.py"),
+    _pos(
         FUNCTION,
-        "patches/cpu_host_register.py",
-        ("buffer",),
-        positional=True,
-    ),
-    Use(
-        "sglang.srt.mem_cache.pool_host.common",
-        "_cuda_host_unregister",
-        FUNCTION,
-        "patches/cpu_host_unregister.py",
-        ("buffer",),
-        positional=True,
-    ),
-    Use(_MOONCAKE, "MooncakeKVSender.__init__", METHOD, "patches/cpu_mooncake_sender_indices.py"),
-    Use(
         "sglang.srt.distributed.parallel_state",
         "init_model_parallel_group",
-        FUNCTION,
         "patches/cpu_parallel_groups.py",
-        ("group_ranks", "local_rank", "backend", "use_pynccl"),  # use_pynccl: 4th or by name
-        positional=True,
+        *("group_ranks", "local_rank", "backend", "use_pynccl"),  # use_pynccl: 4th or by name
     ),
-    Use(_SCHED, "Scheduler.__init__", METHOD, _INIT, ("server_args",), positional=True),
-    Use(
-        _ARGS,
-        "ServerArgs.add_cli_args",
+    _pos(METHOD, _SCHED, "Scheduler.__init__", _INIT, "server_args"),
+    _pos(METHOD, _ARGS, "ServerArgs.add_cli_args", "patches/server_args_cli.py", "parser"),
+    _pos(METHOD, _ARGS, "ServerArgs.from_cli_args", "patches/server_args_from_cli.py", "args"),
+    _pos(
         METHOD,
-        "patches/server_args_cli.py",
-        ("parser",),
-        positional=True,
-    ),
-    Use(
-        _ARGS,
-        "ServerArgs.from_cli_args",
-        METHOD,
-        "patches/server_args_from_cli.py",
-        ("args",),
-        positional=True,
-    ),
-    Use(
-        "sglang.srt.distributed.device_communicators.mooncake_transfer_engine",
+        _ENGINE,
         "MooncakeTransferEngine.batch_transfer_sync",
-        METHOD,
         "patches/kv_transfer_ledger.py",
-        ("session_id", "buffers", "peer_buffer_addresses", "lengths"),
-        positional=True,
+        *("session_id", "buffers", "peer_buffer_addresses", "lengths"),
     ),
-    Use(
+    _pos(
+        METHOD,
         _MOONCAKE,
         "MooncakeKVManager.add_transfer_request",
-        METHOD,
         "patches/kv_transfer_queue_split.py",
-        ("bootstrap_room",),
-        positional=True,
+        "bootstrap_room",
     ),
-    Use(_SCHED, "Scheduler.get_new_batch_prefill", METHOD, _TWIN),
-    Use(_SCHED, "Scheduler.process_decode_queue", METHOD, "patches/main_decode_queue.py"),
-    Use(
+    _use(METHOD, _SCHED, "Scheduler.get_new_batch_prefill", _TWIN),
+    _use(METHOD, _SCHED, "Scheduler.process_decode_queue", "patches/main_decode_queue.py"),
+    _pos(
+        METHOD,
         _SCHED,
         "Scheduler.get_next_disagg_decode_batch_to_run",
-        METHOD,
         "patches/main_handoff_batch.py",
-        ("running_batch",),
-        positional=True,
+        "running_batch",
     ),
-    Use(_DECODE, "DecodePreallocQueue._active_req_count", METHOD, "patches/main_admission.py"),
-    Use(_SCHED, "Scheduler._poll_timeout_aborts", METHOD, "patches/main_control_ingest.py"),
-    Use(
-        _SCHED,
-        "Scheduler.abort_request",
+    _use(METHOD, _DECODE, "DecodePreallocQueue._active_req_count", "patches/main_admission.py"),
+    _use(METHOD, _SCHED, "Scheduler._poll_timeout_aborts", "patches/main_control_ingest.py"),
+    _pos(METHOD, _SCHED, "Scheduler.abort_request", f"patches/main_abort.py, {_STATE}", "recv_req"),
+    _use(METHOD, _SCHED, "Scheduler.is_fully_idle", "patches/main_idle.py"),
+    _use(
         METHOD,
-        f"patches/main_abort.py, {_STATE}",
-        ("recv_req",),
-        positional=True,
-    ),
-    Use(_SCHED, "Scheduler.is_fully_idle", METHOD, "patches/main_idle.py"),
-    Use(
         f"{_PENALTY}.orchestrator",
         "BatchedPenalizerOrchestrator.__init__",
-        METHOD,
         "patches/penalizer_order.py",
     ),
-    Use(
-        _SAMPLING,
-        "SamplingBatchInfo.from_schedule_batch",
-        METHOD,
-        _SEEDED,
-        ("batch",),
-        positional=True,
-    ),
-    Use(
+    _pos(METHOD, _SAMPLING, "SamplingBatchInfo.from_schedule_batch", _SEEDED, "batch"),
+    _pos(
+        FUNCTION,
         "sglang.srt.layers.sampler",
         "multinomial_with_seed",
-        FUNCTION,
         "patches/cpu_seeded_sampler_eager.py",
-        ("logprobs",),
-        positional=True,
+        "logprobs",
     ),
-    # -- the plugin machinery ------------------------------------------------------------------
-    Use(
-        "sglang.srt.plugins.hook_registry",
-        "HookRegistry.register",
-        METHOD,
-        "sglang_pdd/plugin.py",
-        ("target", "hook", "hook_type"),
-        positional=True,
-    ),
-    Use("sglang.srt.plugins.hook_registry", "HookRegistry.apply_hooks", METHOD, "sglang_pdd/plugin.py"),
-    Use("sglang.srt.plugins.hook_registry", "HookType", CLASS, "sglang_pdd/plugin.py"),
-    # -- the scheduler -------------------------------------------------------------------------
+    # -- the plugin machinery ---------------------------------------------------------------
+    _pos(METHOD, _HOOKS, "HookRegistry.register", "plugin.py", "target", "hook", "hook_type"),
+    _use(METHOD, _HOOKS, "HookRegistry.apply_hooks", "plugin.py"),
+    _use(CLASS, _HOOKS, "HookType", "plugin.py"),
+    # -- the scheduler ----------------------------------------------------------------------
     *_attrs(_SCHED, "Scheduler", f"{_STATE}, {_EXTEND}, {_TWIN}", "waiting_queue"),
     *_attrs(_SCHED, "Scheduler", "patches/main_decode_queue.py", "running_batch"),
-    *_attrs(_SCHED, "Scheduler", f"{_STATE}, {_EXTEND}", "tree_cache", "token_to_kv_pool_allocator"),
+    *_attrs(
+        _SCHED, "Scheduler", f"{_STATE}, {_EXTEND}", "tree_cache", "token_to_kv_pool_allocator"
+    ),
+    *_attrs(_SCHED, "Scheduler", f"{_EXTEND}, {_INIT}", "model_config", "enable_overlap"),
     *_attrs(
         _SCHED,
         "Scheduler",
         _EXTEND,
-        "req_to_token_pool",
-        "spec_algorithm",
-        "last_batch",
-        "disagg_decode_prealloc_queue",
+        *("req_to_token_pool", "spec_algorithm", "last_batch", "disagg_decode_prealloc_queue"),
     ),
-    *_attrs(_SCHED, "Scheduler", f"{_EXTEND}, {_INIT}", "model_config", "enable_overlap"),
     *_attrs(_SCHED, "Scheduler", _INIT, "_request_dispatcher"),
     *_attrs(
         _SCHED, "Scheduler", _TWIN, "disagg_prefill_bootstrap_queue", "chunked_req", "result_queue"
     ),
-    *_attrs(
-        "sglang.srt.disaggregation.prefill", "PrefillBootstrapQueue", _TWIN, "queue"
-    ),
+    *_attrs("sglang.srt.disaggregation.prefill", "PrefillBootstrapQueue", _TWIN, "queue"),
     *_attrs(_DECODE, "DecodePreallocQueue", "patches/main_admission.py", "scheduler"),
     *_attrs(_DECODE, "DecodePreallocQueue", _EXTEND, "num_reserved_decode_tokens"),
     *_attrs("sglang.srt.configs.model_config", "ModelConfig", _INIT, "vocab_size"),
-    Use("sglang.srt.runtime_context", "get_parallel", FUNCTION, _INIT),
-    # ParallelContext resolves pp_rank / attn_tp_rank / attn_cp_rank through __getattr__ from
-    # the published config: nothing static to check; the e2e tensor-parallel test covers them.
-    Use("sglang.utils", "TypeBasedDispatcher", CLASS, _INIT, ("mapping",), positional=True),
-    Use("sglang.utils", "TypeBasedDispatcher.__iadd__", METHOD, _INIT),
-    # -- server arguments (ServerArgs fields; the CLI namespace uses the same names) -------------
+    # get_parallel()'s ParallelContext resolves pp_rank / attn_tp_rank / attn_cp_rank through
+    # __getattr__ from the published config: nothing static to check (the e2e TP test runs it).
+    _use(FUNCTION, "sglang.srt.runtime_context", "get_parallel", _INIT),
+    _pos(CLASS, "sglang.utils", "TypeBasedDispatcher", _INIT, "mapping"),
+    _use(METHOD, "sglang.utils", "TypeBasedDispatcher.__iadd__", _INIT),
+    # -- server arguments (ServerArgs fields; SGLang's CLI namespace uses the same names) ---
     *_attrs(
         _ARGS,
         "ServerArgs",
         _INIT,
-        "pp_size",
-        "dp_size",
-        "speculative_algorithm",
-        "page_size",
-        "enable_dp_attention",
+        *("pp_size", "dp_size", "speculative_algorithm", "page_size", "enable_dp_attention"),
     ),
     *_attrs(
         _ARGS,
         "ServerArgs",
         "patches/server_args_from_cli.py",
-        "disaggregation_mode",
-        "disaggregation_decode_enable_radix_cache",
+        *("disaggregation_mode", "disaggregation_decode_enable_radix_cache"),
     ),
-    # -- requests --------------------------------------------------------------------------------
-    *_attrs(
-        _BATCH,
-        "Req",
-        f"{_STATE}, {_EXTEND}, {_TWIN}, sglang_pdd/prefill/__init__.py",
-        "rid",
-    ),
+    # -- requests ---------------------------------------------------------------------------
+    *_attrs(_BATCH, "Req", f"{_STATE}, {_EXTEND}, {_TWIN}, prefill/__init__.py", "rid"),
     *_attrs(
         _BATCH,
         "Req",
         _STATE,
-        "origin_input_ids",
-        "prefix_len",
-        "skip_radix_cache_insert",
-        "full_untruncated_fill_ids",
-        "extend_end",
-        "return_logprob",
-        "logprob",
+        *("origin_input_ids", "prefix_len", "skip_radix_cache_insert", "full_untruncated_fill_ids"),
+        *("extend_end", "return_logprob", "logprob"),
     ),
     *_attrs(_BATCH, "Req", f"{_STATE}, {_EXTEND}", "output_ids"),
     *_attrs(
         _BATCH,
         "Req",
         _EXTEND,
-        "inflight_middle_chunks",
-        "logprob_start_len",
-        "to_finish",
-        "grammar",
+        *("inflight_middle_chunks", "logprob_start_len", "to_finish", "grammar"),
     ),
     *_attrs(_BATCH, "Req", _SEEDED, "sampling_params"),
-    Use(_BATCH, "Req.refresh_fill_ids", METHOD, _STATE),
+    *_methods(_BATCH, "Req", _STATE, "refresh_fill_ids"),
     *_attrs(
         _BATCH,
         "ReqLogprob",
         _STATE,
-        "output_token_logprobs_val",
-        "output_token_logprobs_idx",
-        "output_top_logprobs_val",
-        "output_top_logprobs_idx",
-        "output_token_ids_logprobs_val",
-        "output_token_ids_logprobs_idx",
+        *("output_token_logprobs_val", "output_token_logprobs_idx"),
+        *("output_top_logprobs_val", "output_top_logprobs_idx"),
+        *("output_token_ids_logprobs_val", "output_token_ids_logprobs_idx"),
     ),
     *_attrs("sglang.srt.sampling.sampling_params", "SamplingParams", _SEEDED, "sampling_seed"),
-    Use(
+    _pos(
+        METHOD,
         "sglang.srt.constrained.base_grammar_backend",
         "BaseGrammarObject.accept_token",
-        METHOD,
         _EXTEND,
-        ("token",),
-        positional=True,
+        "token",
     ),
-    Use(_BATCH, "FINISH_ABORT", CLASS, _EXTEND, ("message",), positional=True),
-    Use("sglang.srt.managers.io_struct", "AbortReq", CLASS, _STATE),
-    *_attrs("sglang.srt.managers.io_struct", "AbortReq", f"patches/main_abort.py, {_STATE}", "rid"),
-    *_attrs("sglang.srt.managers.io_struct", "AbortReq", "patches/main_abort.py", "abort_all"),
-    # -- batches ---------------------------------------------------------------------------------
-    Use(
+    _pos(CLASS, _BATCH, "FINISH_ABORT", _EXTEND, "message"),
+    _use(CLASS, _IO, "AbortReq", _STATE),
+    *_attrs(_IO, "AbortReq", f"patches/main_abort.py, {_STATE}", "rid"),
+    *_attrs(_IO, "AbortReq", "patches/main_abort.py", "abort_all"),
+    # -- batches ----------------------------------------------------------------------------
+    _use(
+        METHOD,
         _BATCH,
         "ScheduleBatch.init_new",
-        METHOD,
         _EXTEND,
-        (
-            "reqs",
-            "req_to_token_pool",
-            "token_to_kv_pool_allocator",
-            "tree_cache",
-            "model_config",
-            "enable_overlap",
-            "spec_algorithm",
-        ),
+        *("reqs", "req_to_token_pool", "token_to_kv_pool_allocator", "tree_cache"),
+        *("model_config", "enable_overlap", "spec_algorithm"),
     ),
-    Use(_BATCH, "ScheduleBatch.prepare_for_extend", METHOD, _EXTEND),
-    Use(_BATCH, "ScheduleBatch.filter_batch", METHOD, _EXTEND, ("reqs_to_exclude",)),
-    Use(_BATCH, "ScheduleBatch.merge_batch", METHOD, _EXTEND),
-    Use(_BATCH, "ScheduleBatch.is_empty", METHOD, f"{_EXTEND}, patches/main_decode_queue.py"),
+    _use(METHOD, _BATCH, "ScheduleBatch.filter_batch", _EXTEND, "reqs_to_exclude"),
+    *_methods(_BATCH, "ScheduleBatch", _EXTEND, "prepare_for_extend", "merge_batch"),
+    *_methods(_BATCH, "ScheduleBatch", f"{_EXTEND}, patches/main_decode_queue.py", "is_empty"),
     *_attrs(_BATCH, "ScheduleBatch", f"{_EXTEND}, {_TWIN}, {_SEEDED}", "reqs"),
     *_attrs(_BATCH, "ScheduleBatch", _EXTEND, "sampling_info", "batch_is_full"),
     *_attrs(_BATCH, "ScheduleBatch", _SEEDED, "device"),
-    Use(_BATCH, "NextBatchPlan", CLASS, "patches/main_handoff_batch.py"),
-    *_attrs(_BATCH, "NextBatchPlan", "patches/main_handoff_batch.py", "batch_to_run", "running_batch"),
+    _use(CLASS, _BATCH, "NextBatchPlan", "patches/main_handoff_batch.py"),
+    *_attrs(
+        _BATCH, "NextBatchPlan", "patches/main_handoff_batch.py", "batch_to_run", "running_batch"
+    ),
     *_attrs(_SAMPLING, "SamplingBatchInfo", _SEEDED, "sampling_seed"),
     *_attrs(_SAMPLING, "SamplingBatchInfo", _EXTEND, "penalizer_orchestrator"),
-    # -- penalizers (count_handed_off_ids writes their state tensors) ------------------------
+    # -- penalizers (count_handed_off_ids writes their state tensors) -----------------------
     *_attrs(
         f"{_PENALTY}.orchestrator",
         "BatchedPenalizerOrchestrator",
@@ -322,101 +264,68 @@ SURFACE: tuple[Use, ...] = (
         f"{_PENALTY}.frequency_penalty",
         "BatchedFrequencyPenalizer",
         _PENALTIES,
-        "cumulated_frequency_penalties",
-        "frequency_penalties",
+        *("cumulated_frequency_penalties", "frequency_penalties"),
     ),
     *_attrs(
         f"{_PENALTY}.presence_penalty",
         "BatchedPresencePenalizer",
         _PENALTIES,
-        "cumulated_presence_penalties",
-        "presence_penalties",
+        *("cumulated_presence_penalties", "presence_penalties"),
     ),
     *_attrs(
         f"{_PENALTY}.repetition_penalty",
         "BatchedRepetitionPenalizer",
         _PENALTIES,
-        "cumulated_repetition_penalties",
-        "repetition_penalties",
+        *("cumulated_repetition_penalties", "repetition_penalties"),
     ),
     *_attrs(
-        f"{_PENALTY}.min_new_tokens", "BatchedMinNewTokensPenalizer", _PENALTIES, "len_output_tokens"
+        f"{_PENALTY}.min_new_tokens",
+        "BatchedMinNewTokensPenalizer",
+        _PENALTIES,
+        "len_output_tokens",
     ),
-    # -- KV memory and the radix tree ---------------------------------------------------------
-    *_attrs("sglang.srt.mem_cache.base_prefix_cache", "BasePrefixCache", f"{_STATE}, {_EXTEND}", "disable"),
-    Use(
-        "sglang.srt.mem_cache.base_prefix_cache",
-        "BasePrefixCache.checkpoint",
-        METHOD,
-        _STATE,
-        ("req", "up_to"),
-    ),
-    Use("sglang.srt.mem_cache.base_prefix_cache", "BasePrefixCache.evictable_size", METHOD, _EXTEND),
-    *_attrs(
-        "sglang.srt.mem_cache.allocator.base", "BaseTokenToKVPoolAllocator", _EXTEND, "size", "page_size"
-    ),
-    Use(
-        "sglang.srt.mem_cache.allocator.base",
-        "BaseTokenToKVPoolAllocator.available_size",
-        METHOD,
-        _EXTEND,
-    ),
-    Use(
-        "sglang.srt.mem_cache.allocator.base", "BaseTokenToKVPoolAllocator.get_kvcache", METHOD, _STATE
-    ),
-    *_attrs("sglang.srt.mem_cache.memory_pool", "KVCache", _STATE, "size", "page_size"),
-    Use("sglang.srt.mem_cache.memory_pool", "MHATokenToKVPool.get_kv_size_bytes", METHOD, _STATE),
-    # -- KV transfer (Mooncake) ----------------------------------------------------------------
-    Use(
+    # -- KV memory and the radix tree -------------------------------------------------------
+    *_attrs(_TREE, "BasePrefixCache", f"{_STATE}, {_EXTEND}", "disable"),
+    _use(METHOD, _TREE, "BasePrefixCache.checkpoint", _STATE, "req", "up_to"),
+    *_methods(_TREE, "BasePrefixCache", _EXTEND, "evictable_size"),
+    *_attrs(_ALLOC, "BaseTokenToKVPoolAllocator", _EXTEND, "size", "page_size"),
+    *_methods(_ALLOC, "BaseTokenToKVPoolAllocator", _EXTEND, "available_size"),
+    *_methods(_ALLOC, "BaseTokenToKVPoolAllocator", _STATE, "get_kvcache"),
+    *_attrs(_POOL, "KVCache", _STATE, "size", "page_size"),
+    *_methods(_POOL, "MHATokenToKVPool", _STATE, "get_kv_size_bytes"),
+    # -- KV transfer (Mooncake) -------------------------------------------------------------
+    _use(
+        CLASS_ATTR,
         _MOONCAKE,
         "MooncakeKVSender.supports_host_tensor_indices",
-        CLASS_ATTR,
         "patches/cpu_mooncake_sender_indices.py",
     ),
     *_attrs(
         _MOONCAKE,
         "MooncakeKVManager",
         "patches/kv_transfer_queue_split.py",
-        "transfer_queues",
-        "transfer_infos",
+        *("transfer_queues", "transfer_infos"),
     ),
-    # -- KV cache events (the router decodes them as maps keyed by these field names) ----------
-    *_attrs(_KV_EVENTS, "EventBatch", "sglang_pdd/router/kv_events.py", "ts", "events"),
+    # -- KV cache events (the router decodes them as maps keyed by these field names) -------
+    *_attrs(_EVENTS, "EventBatch", "router/kv_events.py", "ts", "events"),
     *_attrs(
-        _KV_EVENTS,
+        _EVENTS,
         "BlockStored",
-        "sglang_pdd/cache/kv_event_view.py",
-        "block_hashes",
-        "parent_block_hash",
-        "token_ids",
-        "block_size",
+        _VIEW,
+        *("block_hashes", "parent_block_hash", "token_ids", "block_size"),
     ),
-    *_attrs(_KV_EVENTS, "BlockRemoved", "sglang_pdd/cache/kv_event_view.py", "block_hashes"),
-    Use(_KV_EVENTS, "AllBlocksCleared", CLASS, "sglang_pdd/cache/kv_event_view.py"),
-    # -- OpenAI logprob formatting (the router) ------------------------------------------------
-    Use(
-        "sglang.srt.entrypoints.openai.utils",
+    *_attrs(_EVENTS, "BlockRemoved", _VIEW, "block_hashes"),
+    _use(CLASS, _EVENTS, "AllBlocksCleared", _VIEW),
+    # -- OpenAI logprob formatting (the router) ---------------------------------------------
+    _use(
+        FUNCTION,
+        _OPENAI,
         "to_openai_style_logprobs",
-        FUNCTION,
-        "sglang_pdd/router/openai_logprobs.py",
-        ("output_token_logprobs", "output_top_logprobs", "tokenizer"),
+        _LOGPROBS,
+        *("output_token_logprobs", "output_top_logprobs", "tokenizer"),
     ),
-    Use(
-        "sglang.srt.entrypoints.openai.utils",
-        "_is_byte_level_tokenizer",
-        FUNCTION,
-        "sglang_pdd/router/openai_logprobs.py",
-        ("tokenizer",),
-        positional=True,
-    ),
-    Use(
-        "sglang.srt.entrypoints.openai.utils",
-        "token_id_to_bytes",
-        FUNCTION,
-        "sglang_pdd/router/openai_logprobs.py",
-        ("tokenizer", "token_id"),
-        positional=True,
-    ),
+    _pos(FUNCTION, _OPENAI, "_is_byte_level_tokenizer", _LOGPROBS, "tokenizer"),
+    _pos(FUNCTION, _OPENAI, "token_id_to_bytes", _LOGPROBS, "tokenizer", "token_id"),
 )
 
 
@@ -503,7 +412,7 @@ def _has_instance_attr(cls: type, name: str) -> bool:
     return False
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _self_assigned(klass: type) -> frozenset[str]:
     """Names assigned as ``self.NAME = ...`` / ``self.NAME: T = ...`` in ``klass``'s source."""
     try:

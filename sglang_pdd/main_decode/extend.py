@@ -44,11 +44,11 @@ class KvBudget:
         """Free plus evictable slots, less what running requests reserve for their next ids."""
         allocator = scheduler.token_to_kv_pool_allocator
         tree = scheduler.tree_cache
-        evictable = 0 if getattr(tree, "disable", True) else int(tree.evictable_size())
-        queue = getattr(scheduler, "disagg_decode_prealloc_queue", None)
-        per_req = int(getattr(queue, "num_reserved_decode_tokens", 0) or 0)
+        evictable = 0 if tree.disable else int(tree.evictable_size())
+        queue = scheduler.disagg_decode_prealloc_queue  # None outside decode mode
+        per_req = int(queue.num_reserved_decode_tokens or 0) if queue is not None else 0
         free = int(allocator.available_size()) + evictable - per_req * running_reqs
-        return cls(free, int(allocator.size), int(getattr(allocator, "page_size", 1) or 1))
+        return cls(free, int(allocator.size), int(allocator.page_size or 1))
 
     def slots(self, new_ids: int) -> int:
         """Slots ``new_ids`` take once rounded up to whole pages (plus one page of slack)."""
@@ -84,7 +84,7 @@ class HandoffAdmission:
     def __call__(self, req, token_ids, final) -> bool | str | HandoffDeferred:
         if not token_ids:
             return True
-        already = getattr(req, "_pdd_extended", 0)
+        already = getattr(req, "_pdd_extended", 0)  # ours: set by the first extend
         if (
             not final
             and already
@@ -155,13 +155,13 @@ def next_handoff_batch(scheduler, state, running_batch):
     if not taken:
         return None
     batch = ScheduleBatch.init_new(
-        [req for req, _, _ in taken],
-        scheduler.req_to_token_pool,
-        scheduler.token_to_kv_pool_allocator,
-        scheduler.tree_cache,
-        scheduler.model_config,
-        scheduler.enable_overlap,
-        scheduler.spec_algorithm,
+        reqs=[req for req, _, _ in taken],
+        req_to_token_pool=scheduler.req_to_token_pool,
+        token_to_kv_pool_allocator=scheduler.token_to_kv_pool_allocator,
+        tree_cache=scheduler.tree_cache,
+        model_config=scheduler.model_config,
+        enable_overlap=scheduler.enable_overlap,
+        spec_algorithm=scheduler.spec_algorithm,
     )
     batch.prepare_for_extend()
     try:
@@ -184,10 +184,10 @@ def advance_grammar(req, token_ids: list[int]) -> str | None:
     SGLang's own PD decode accepts P's first token when a prebuilt request joins decoding; a
     parked request never did, so its grammar starts from the first id. Returns why the ids
     cannot be accepted (the handoff is then refused), or None."""
-    grammar = getattr(req, "grammar", None)
+    grammar = req.grammar
     if grammar is None:
         return None
-    seen = getattr(req, "_pdd_grammar_ids", 0)
+    seen = getattr(req, "_pdd_grammar_ids", 0)  # ours: set once its grammar saw handed-off ids
     try:
         for token in token_ids[seen:]:
             grammar.accept_token(token)
@@ -200,8 +200,8 @@ def advance_grammar(req, token_ids: list[int]) -> str | None:
 def merge_handoff_batch(scheduler, state, running_batch):
     """Merge last iteration's handoff batch into ``running_batch`` (what SGLang's prefill
     scheduler does with a finished extend) and tell the router each handoff ran."""
-    last = getattr(scheduler, "last_batch", None)
-    handed = getattr(last, "_pdd_handoff", None)
+    last = scheduler.last_batch
+    handed = getattr(last, "_pdd_handoff", None)  # ours: only on the batches built here
     if not handed:
         return running_batch
     last._pdd_handoff = None  # merged once

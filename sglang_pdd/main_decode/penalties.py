@@ -27,7 +27,7 @@ def count_handed_off_ids(orchestrator, ids_per_row: list[list[int]]) -> None:
     """
     import torch
 
-    active = [p for p in orchestrator.penalizers.values() if getattr(p, "_is_prepared", False)]
+    active = [p for p in orchestrator.penalizers.values() if p._is_prepared]
     unknown = [type(p).__name__ for p in active if type(p).__name__ not in _UPDATERS]
     if unknown:
         raise UnknownPenalizerError(f"penalizers {unknown} cannot count handed-off ids")

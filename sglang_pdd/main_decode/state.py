@@ -219,7 +219,7 @@ class MainDecodeState:
     def _ready_event(self, req, kv_bytes: int | None = None) -> Ready:
         prompt = len(req.origin_input_ids)
         # match_kv_cache set prefix_len to the decode-side radix hit; P sent the rest.
-        cached = int(getattr(req, "prefix_len", 0) or 0)
+        cached = int(req.prefix_len or 0)
         return Ready(
             rid=req.rid,
             t=self.parked_at[req.rid],
@@ -229,7 +229,7 @@ class MainDecodeState:
             kv_bytes=kv_bytes,
             # Handed-off ids whose KV is built (Catch-Up chunks): a router that lost an
             # "extended" event in a reconnect learns it from the "ready" its new watch brings.
-            extended_tokens=int(getattr(req, "_pdd_extended", 0) or 0),
+            extended_tokens=int(getattr(req, "_pdd_extended", 0) or 0),  # ours, set on extend
         )
 
     def park_arrivals(self, scheduler) -> None:
@@ -237,7 +237,7 @@ class MainDecodeState:
         self.iteration += 1
         keep = []
         for req in scheduler.waiting_queue:
-            if getattr(req, "_pdd_seen", False):
+            if getattr(req, "_pdd_seen", False):  # ours, set just below
                 keep.append(req)
                 continue
             req._pdd_seen = True
@@ -349,7 +349,7 @@ def publish_prompt(scheduler, req) -> None:
     tell the router MD holds it. The prompt stays locked by the request, as after a chunked
     prefill, and SGLang's own release inserts the rest when the request ends."""
     tree = scheduler.tree_cache
-    if getattr(req, "skip_radix_cache_insert", False) or getattr(tree, "disable", True):
+    if req.skip_radix_cache_insert or tree.disable:
         return
     req.refresh_fill_ids()
     tree.checkpoint(req, up_to=len(req.origin_input_ids))
@@ -371,13 +371,13 @@ def set_handoff_tokens(req, token_ids: list[int]) -> int:
     The prompt's KV (and that of ids extended by earlier Catch-Up chunks) stays in the request's
     row as the prefix; the extend covers the rest.
     """
-    done = getattr(req, "_pdd_extended", 0)
+    done = getattr(req, "_pdd_extended", 0)  # ours: ids extended by earlier Catch-Up chunks
     req.output_ids = array("q", token_ids)
     req.full_untruncated_fill_ids = array("q", req.origin_input_ids) + req.output_ids
     prompt_len = len(req.origin_input_ids)
     req.prefix_len = prompt_len + done
     req.extend_end = prompt_len + len(token_ids)
-    if getattr(req, "return_logprob", False):
+    if req.return_logprob:
         _align_output_logprobs(req.logprob, token_ids)
     return len(token_ids) - done
 
@@ -395,11 +395,11 @@ def _align_output_logprobs(logprob, token_ids: list[int]) -> None:
         ("output_token_ids_logprobs_val", []),
         ("output_token_ids_logprobs_idx", []),
     ):
-        values = getattr(logprob, name, None)
+        values = getattr(logprob, name)  # ReqLogprob fields (sglang_surface); None: not kept
         if values is not None:
             del values[count:]
             values.extend([pad] * (count - len(values)))
-    ids = getattr(logprob, "output_token_logprobs_idx", None)
+    ids = logprob.output_token_logprobs_idx
     if ids is not None:
         del ids[count:]
         ids.extend(token_ids[len(ids) :])

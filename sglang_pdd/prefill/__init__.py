@@ -22,6 +22,6 @@ def split_held(waiting: Iterable, pending_rids: set[str]) -> tuple[list, list]:
     rid is in ``pending_rids`` (not yet prefilled)."""
     ready, held = [], []
     for req in waiting:
-        twin = twin_of(getattr(req, "rid", None))
+        twin = twin_of(req.rid)
         (held if twin is not None and twin in pending_rids else ready).append(req)
     return ready, held

@@ -74,7 +74,9 @@ def test_an_abort_that_overtakes_its_request_still_ends_it():
     )
 
     def arrive(rid):
-        req = SimpleNamespace(rid=rid, origin_input_ids=[1, 2, 3], prefix_len=0)
+        req = SimpleNamespace(
+            rid=rid, origin_input_ids=[1, 2, 3], prefix_len=0, skip_radix_cache_insert=False
+        )
         scheduler.waiting_queue = [req]
         state.park_arrivals(scheduler)
 
