@@ -22,7 +22,7 @@ from sglang_pdd.router.request_fields import (
 )
 from sglang_pdd.router.request_model import InvalidRequest, validate_generate
 from sglang_pdd.router.run import ClientRun
-from sglang_pdd.router.state import RouterState
+from sglang_pdd.router.state import STATE, RouterState
 from sglang_pdd.router.streaming import (
     DISCONNECTED,
     abandon,
@@ -35,7 +35,6 @@ from sglang_pdd.router.streaming import (
 from sglang_pdd.router.upstream import UpstreamError
 
 logger = logging.getLogger("sglang_pdd.router")
-STATE = web.AppKey("state", RouterState)
 
 
 def _error(status: int, message: str) -> web.Response:

@@ -15,6 +15,7 @@ import json
 
 from aiohttp import web
 
+from sglang_pdd.router.state import STATE
 from sglang_pdd.router.upstream import UpstreamError
 
 
@@ -36,29 +37,15 @@ def _instance(request_body: dict, state) -> str:
     return url
 
 
-def move_requests_off(state, url: str) -> tuple[int, int]:
-    """Move every in-flight request on ``url`` elsewhere: (moved, finishing where it is)."""
-    moved = finishing = 0
-    for client in list(state.clients.values()):
-        verdict = client.evict(url)
-        moved += verdict is True
-        finishing += verdict is False
-    return moved, finishing
-
-
 async def drain(request: web.Request) -> web.Response:
-    from sglang_pdd.router.app import STATE
-
     state = request.app[STATE]
     url = _instance(await request.json(), state)
     state.health.draining.add(url)
-    moved, finishing = move_requests_off(state, url)
+    moved, finishing = state.move_requests_off(url)
     return web.json_response({"draining": url, "moved": moved, "finishing": finishing})
 
 
 async def undrain(request: web.Request) -> web.Response:
-    from sglang_pdd.router.app import STATE
-
     state = request.app[STATE]
     url = _instance(await request.json(), state)
     state.health.draining.discard(url)

@@ -9,6 +9,7 @@ import logging
 from dataclasses import dataclass, replace
 
 import aiohttp
+from aiohttp import web
 
 from sglang_pdd.cache.prefix_blocks import BlockPrefixCache, block_hashes, common_prefix_blocks
 from sglang_pdd.policy import (
@@ -126,15 +127,13 @@ class RouterState:
         loop = asyncio.get_running_loop()
         self._health_probe = loop.create_task(self.health.probe(self.session))
         if self.config.instance_check_interval_s > 0:
-            from sglang_pdd.router.drain import move_requests_off
-
             decoding = [*self.config.relay, *self.mains]
             self._ready_watch = loop.create_task(
                 self.health.watch_ready(
                     self.session,
                     decoding,
                     self.config.instance_check_interval_s,
-                    lambda url: move_requests_off(self, url),
+                    self.move_requests_off,
                 )
             )
 
@@ -210,6 +209,16 @@ class RouterState:
 
     def site(self, main: MainEndpoint | MainSite) -> MainSite:
         return self.mains[main.url]
+
+    def move_requests_off(self, url: str) -> tuple[int, int]:
+        """Move every in-flight request on ``url`` elsewhere (it is draining): (moved,
+        finishing where it is)."""
+        moved = finishing = 0
+        for client in list(self.clients.values()):
+            verdict = client.evict(url)
+            moved += verdict is True
+            finishing += verdict is False
+        return moved, finishing
 
     def relay_load(self, url: str | None = None) -> float:
         """Relay-Decode's live load (0..1) from its /v1/loads, for ``url`` or the least busy."""
@@ -363,3 +372,7 @@ def _model_vocab_size(model_path: str | None, tokenizer) -> int:
             exc,
         )
     return len(tokenizer)
+
+
+# The aiohttp application key under which the router's handlers find the RouterState.
+STATE = web.AppKey("state", RouterState)
