@@ -19,7 +19,7 @@ def applies() -> bool:
 
 def hook(result, parser, *args, **kwargs):
     """Add the sglang-pdd argument group (see docs/flags.md)."""
-    from sglang_pdd.config import ROLES
+    from sglang_pdd.config import DEFAULT_CONTROL_HOST, ROLES
 
     group = parser.add_argument_group("sglang-pdd (cross-datacenter PDD)")
     group.add_argument(
@@ -69,9 +69,16 @@ def hook(result, parser, *args, **kwargs):
     )
     group.add_argument(
         "--pdd-control-host",
-        default="0.0.0.0",
+        default=DEFAULT_CONTROL_HOST,
         help="Main-Decode: address the control socket binds (name the interface the router "
-        "reaches it on; 0.0.0.0: every interface).",
+        "reaches it on; 0.0.0.0: every interface). A non-loopback address needs CURVE keys "
+        "or --pdd-control-insecure.",
+    )
+    group.add_argument(
+        "--pdd-control-insecure",
+        action="store_true",
+        help="Main-Decode: let the control socket bind a non-loopback --pdd-control-host "
+        "without CURVE keys (logged as a warning at start).",
     )
     group.add_argument(
         "--pdd-control-curve-secret",

@@ -26,7 +26,7 @@ def applies() -> bool:
 
 def hook(server_args, cls, args, *rest, **kwargs):
     """Build and attach the config; raises ValueError on contradictory flags."""
-    from sglang_pdd.config import PddServerConfig
+    from sglang_pdd.config import DEFAULT_CONTROL_HOST, PddServerConfig
     from sglang_pdd.transfer.wan_link import WanLinkConfig
 
     if not hasattr(args, "pdd_role"):
@@ -51,7 +51,8 @@ def hook(server_args, cls, args, *rest, **kwargs):
         wan_hosts=tuple(h.strip() for h in args.pdd_wan_hosts.split(",") if h.strip()),
         wan=wan,
         control_port=args.pdd_control_port,
-        control_host=getattr(args, "pdd_control_host", "0.0.0.0"),
+        control_host=getattr(args, "pdd_control_host", DEFAULT_CONTROL_HOST),
+        control_insecure=bool(getattr(args, "pdd_control_insecure", False)),
         log_transfers=args.pdd_log_transfers,
         seeded_sampling=bool(getattr(args, "pdd_seeded_sampling", False)),
         parked_ttl_s=float(getattr(args, "pdd_parked_ttl_s", 600.0)),

@@ -8,11 +8,26 @@ of the process it is called in.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 from sglang_pdd.transfer.wan_link import WanLinkConfig
 
 ROLES = ("none", "prefill", "relay", "main")
+# Main-Decode's control socket binds loopback unless told otherwise: it is closed by default.
+DEFAULT_CONTROL_HOST = "127.0.0.1"
+
+
+def is_loopback(host: str) -> bool:
+    """True for a loopback address (127.0.0.0/8, ::1) or ``localhost``."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
 _MODE_FOR_ROLE = {"prefill": "prefill", "relay": "decode", "main": "decode"}
 
 
@@ -26,7 +41,9 @@ class PddServerConfig:
     wan: WanLinkConfig | None = None
     # Main-Decode only: TCP port of the handoff control socket (ZeroMQ).
     control_port: int = 0
-    control_host: str = "0.0.0.0"  # the interface the control socket binds
+    control_host: str = DEFAULT_CONTROL_HOST  # the interface the control socket binds
+    # Main-Decode: bind a non-loopback control host without CURVE keys (said so in the log).
+    control_insecure: bool = False
     log_transfers: bool = False
     # Sample every request with SGLang's seeded sampler (a request's sampling_seed, or a random
     # one), without --enable-deterministic-inference: patches/seeded_sampling.py.
@@ -58,8 +75,10 @@ class PddServerConfig:
             raise ValueError(f"--pdd-parked-ttl-s must be > 0 seconds, got {self.parked_ttl_s}")
         if self.role != "main" and self.parked_ttl_s != 600.0:
             raise ValueError("--pdd-parked-ttl-s is only accepted with --pdd-role main")
-        if self.role != "main" and self.control_host != "0.0.0.0":
+        if self.role != "main" and self.control_host != DEFAULT_CONTROL_HOST:
             raise ValueError("--pdd-control-host is only accepted with --pdd-role main")
+        if self.role != "main" and self.control_insecure:
+            raise ValueError("--pdd-control-insecure is only accepted with --pdd-role main")
         curve = (self.control_curve_secret, self.control_curve_clients)
         if any(curve) and self.role != "main":
             raise ValueError(
@@ -81,6 +100,18 @@ class PddServerConfig:
         if not self.control_host or any(c.isspace() or c in "/:" for c in self.control_host):
             raise ValueError(
                 f"--pdd-control-host takes an IPv4 address or host name, got {self.control_host!r}"
+            )
+        if (
+            self.role == "main"
+            and not all(curve)
+            and not self.control_insecure
+            and not is_loopback(self.control_host)
+        ):
+            raise ValueError(
+                f"--pdd-control-host {self.control_host} is not a loopback address: anyone who "
+                "reaches it could hand off or release requests. Give the control socket CURVE "
+                "keys (--pdd-control-curve-secret and --pdd-control-curve-clients), or pass "
+                "--pdd-control-insecure to bind it without authentication"
             )
 
     def control_curve(self):

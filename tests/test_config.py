@@ -74,6 +74,28 @@ def test_contradictions_are_refused_naming_the_flags(overrides, message):
         _config(**overrides)
 
 
+MAIN = {
+    "pdd_role": "main",
+    "disaggregation_mode": "decode",
+    "pdd_control_port": 5600,
+    "disaggregation_decode_enable_radix_cache": True,
+}
+
+
+def test_the_control_socket_is_closed_by_default():
+    """MD binds loopback unless told otherwise; a non-loopback address needs CURVE keys or
+    an explicit --pdd-control-insecure."""
+    assert _config(**MAIN).control_host == "127.0.0.1"
+    assert _config(**MAIN, pdd_control_host="127.0.0.2").control_host == "127.0.0.2"
+    for host in ("0.0.0.0", "10.0.0.5", "md.example"):
+        with pytest.raises(ValueError, match="--pdd-control-insecure"):
+            _config(**MAIN, pdd_control_host=host)
+    cfg = _config(**MAIN, pdd_control_host="0.0.0.0", pdd_control_insecure=True)
+    assert cfg.control_insecure and cfg.control_host == "0.0.0.0"
+    with pytest.raises(ValueError, match="--pdd-control-insecure is only accepted"):
+        _config(pdd_control_insecure=True)
+
+
 def test_unknown_role_lists_the_accepted_values():
     with pytest.raises(ValueError, match="accepted values are none, prefill, relay, main"):
         PddServerConfig(role="decode")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import msgspec
 import zmq
 
+from sglang_pdd.config import is_loopback
 from sglang_pdd.main_decode.idle_clock import IdleClock
 from sglang_pdd.wire import codec
 from sglang_pdd.wire.messages import (
@@ -31,6 +32,7 @@ logger = logging.getLogger("sglang_pdd")
 # abort that overtook its request across the WAN). Counted in iterations, not seconds, so that
 # every TP rank forgets it in the same iteration and all ranks park the same requests.
 ABORT_MEMORY_ITERATIONS = 20_000
+CONTROL_RCVHWM = 10_000  # control messages queued per peer before ZeroMQ drops more
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ class MainDecodeState:
     def __init__(
         self,
         control_port: int | None,
-        host: str = "0.0.0.0",
+        host: str = "127.0.0.1",
         vocab_size: int | None = None,
         ttl_s: float = 600.0,
         curve=None,
@@ -83,12 +85,22 @@ class MainDecodeState:
             # A router that redials (after a dropped connection) keeps its identity: its new
             # connection takes the identity over from the old one, which may linger.
             self.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
+            # A flooding peer fills this queue, not MD's memory: ZeroMQ drops what is beyond it.
+            self.socket.setsockopt(zmq.RCVHWM, CONTROL_RCVHWM)
             self.socket.bind(f"tcp://{host}:{control_port}")
             logger.info(
-                "sglang-pdd: Main-Decode control socket on port %d (%s)",
+                "sglang-pdd: Main-Decode control socket on %s:%d (%s)",
+                host,
                 control_port,
                 "CURVE" if curve is not None else "no authentication",
             )
+            if curve is None and not is_loopback(host):
+                logger.warning(
+                    "sglang-pdd: INSECURE: the control socket on %s:%d takes handoffs and "
+                    "releases from anyone who reaches it (--pdd-control-insecure)",
+                    host,
+                    control_port,
+                )
         self.parked: dict[str, object] = {}  # rid -> Req with its prompt KV in place
         self.parked_at: dict[str, float] = {}
         self.watchers: dict[str, bytes] = {}  # rid -> ZeroMQ identity of the router
