@@ -19,6 +19,15 @@ def test_free_ports_are_distinct_and_spaced():
     assert all(abs(a - b) > 10 for i, a in enumerate(ports) for b in ports[i + 1 :])
 
 
+def test_free_ports_lie_below_the_ephemeral_range():
+    """Outgoing connections take their local port from the ephemeral range; a server port
+    picked there could be taken before the server binds it."""
+    from sglang_pdd.testbed.ports import _ephemeral_start
+
+    start = _ephemeral_start()
+    assert all(10_000 <= free_port() < start for _ in range(20))
+
+
 def test_commands_give_each_role_its_flags():
     prefill = build_command(ServerSpec("p", "/m", role="prefill"), 1000, 1001, 1002)
     assert prefill[prefill.index("--disaggregation-mode") + 1] == "prefill"
