@@ -4,10 +4,17 @@ The router's loop (``router/relayed.py``) feeds it what it reads (``signals``' i
 ``wire.messages`` events) and executes the actions it returns; it keeps no handoff state of its
 own. The rules, each enforced here:
 
-* RLD's ids go to the client as they come, except while a final handoff is pending (sent, not
-  yet answered): then they are held back. MD taking the handoff drops them (MD regenerates the
-  same ids); MD deferring or refusing it, or the handoff being lost in a control reconnect,
-  sends them to the client in order.
+* RLD's ids go to the client as they come. How the client moves to MD's ids is the switch:
+
+  - ``hold`` (any request): while a final handoff is pending (sent, not yet answered) RLD's
+    ids are held back. MD taking the handoff drops them (MD regenerates them); MD deferring or
+    refusing it, or the handoff being lost in a control reconnect, sends them in order. The
+    client waits one RTT, the extend and one MD step.
+  - ``overlap`` (deterministic requests only: greedy, or seeded where every instance runs the
+    seeded sampler): RLD keeps streaming after the final handoff; MD's ids are checked against
+    RLD's over the overlap, and the client switches to MD once MD's stream is ahead of what it
+    has (no gap). MD's ids disagreeing with RLD's abandon MD (aborted; RLD finishes); RLD
+    finishing first aborts MD's copy.
 * What to send MD and when is ``steps.RelayedHandoff``'s: nothing before MD's KV is ready, one
   Catch-Up chunk in flight at a time, a deferred final handoff made again ``retry_s`` later.
 * RLD finishing first (no final handoff pending) ends the request on RLD.
@@ -24,6 +31,7 @@ own. The rules, each enforced here:
 from __future__ import annotations
 
 from sglang_pdd.handoff.signals import (
+    AbandonMain,
     Action,
     EmitRelayIds,
     Fail,
@@ -51,10 +59,15 @@ class HandoffCore:
     """One relayed request's handoff: ``on(input) -> [actions]``."""
 
     def __init__(
-        self, policy: HandoffPolicy, retry_s: float = 0.5, max_new_tokens: int | None = None
+        self,
+        policy: HandoffPolicy,
+        retry_s: float = 0.5,
+        max_new_tokens: int | None = None,
+        overlap: bool = False,
     ) -> None:
         self.steps = RelayedHandoff(policy, retry_s)
         self.max_new_tokens = max_new_tokens  # the request's budget (None: the rule is off)
+        self.overlap = overlap  # the switch: RLD streams on until MD's ids are ahead
         self.relay_ids: list[int] = []  # RLD's ids the client has
         self.early_main: list[dict] = []  # MD's chunks read before its "extended" event
         self.relay_error: Exception | None = None  # RLD failed; MD took over for it
@@ -68,6 +81,16 @@ class HandoffCore:
         return self.steps.final_pending
 
     @property
+    def switching(self) -> bool:
+        """Overlap: MD took the final handoff; the client is still on RLD's ids."""
+        return self.overlap and self.steps.done and not self.steps.refused and not self.ended
+
+    @property
+    def reads_main(self) -> bool:
+        """MD's stream is an input now (its answer to a final handoff, or its ids to compare)."""
+        return self.steps.final_pending or self.switching
+
+    @property
     def main_answer_due(self) -> bool:
         """MD owes the client tokens now (its stream's idle limit runs)."""
         return self.steps.final_pending or self.steps.done
@@ -78,7 +101,8 @@ class HandoffCore:
         if self.ended:
             return []
         if isinstance(signal, (RelayChunk, RelayEnded)):
-            if self.steps.final_pending:
+            # Overlap holds only RLD's failure: MD's answer decides who serves on.
+            if self.steps.final_pending and not (self.overlap and isinstance(signal, RelayChunk)):
                 self._held.append(signal)
                 return []
             return self._relay(signal)
@@ -90,9 +114,13 @@ class HandoffCore:
             if not signal.final:
                 self.steps.chunk_extended()
                 return []
+            if self.overlap and not self.steps.final_pending:
+                return []  # MD's stream answered first (or MD was abandoned)
             self.steps.final_taken()
-            return self._taken()
+            return self._release_held() if self.overlap else self._taken()
         if isinstance(signal, MainChunk):
+            if self.overlap:
+                return self._compare(signal.chunk)
             if not self.steps.final_pending:
                 return []
             self.early_main.append(signal.chunk)
@@ -123,8 +151,9 @@ class HandoffCore:
             self.relay_ids = list(ids)
             self.steps.relay_progress(len(ids))
         if signal.finish_reason:
+            main_running = self.switching or (self.overlap and self.steps.final_pending)
             self.ended = True
-            actions.append(FinishOnRelay(signal.finish_reason))
+            actions.append(FinishOnRelay(signal.finish_reason, main_running))
         return actions
 
     def _relay_ended(self, signal: RelayEnded) -> list[Action]:
@@ -132,6 +161,10 @@ class HandoffCore:
             return []  # the dead stream's end after its failure: MD has taken over
         if signal.prefill_error is not None:
             return self._fail(signal.prefill_error)
+        if self.switching:  # MD took the handoff: it serves on from what the client has
+            self.relay_error = signal.error
+            self.ended = True
+            return [TakeOverFromLostRelay(signal.error), FollowMain(list(self.relay_ids), [], 0)]
         if not self.steps.ready or self.steps.refused:
             return self._fail(signal.error)
         self.relay_error = signal.error
@@ -184,6 +217,27 @@ class HandoffCore:
             f"within a handoff's {tick.handoff_gap_s:.3f} s"
         )
 
+    def _compare(self, chunk: dict) -> list[Action]:
+        """Overlap: MD's cumulative ids against RLD's; switch once MD is ahead of the client."""
+        actions: list[Action] = []
+        if self.steps.final_pending:  # MD's stream answering is MD taking the handoff
+            self.steps.final_taken()
+            actions += self._release_held()
+        if not self.switching:
+            return actions
+        ids, have = chunk["output_ids"], self.relay_ids
+        n = min(len(ids), len(have))
+        if ids[:n] != have[:n]:
+            at = next(i for i in range(n) if ids[i] != have[i])
+            self.steps.main_refused()
+            return actions + [
+                AbandonMain(f"MD's id {at} ({ids[at]}) differs from RLD's ({have[at]})")
+            ]
+        if len(ids) > len(have):
+            self.ended = True
+            actions.append(FollowMain(list(have), [chunk], 0))
+        return actions
+
     def _taken(self) -> list[Action]:
         self.ended = True
         newest = max(
@@ -196,7 +250,10 @@ class HandoffCore:
     def _stay_on_relay(self, reason: str) -> list[Action]:
         if self.relay_error is not None:
             return self._fail(self.relay_error)
+        running = self.switching  # overlap: MD took the handoff, then failed or erred
         self.steps.main_refused()
+        if running:
+            return [AbandonMain(reason)]
         return [StayOnRelay(reason)] + self._release_held()
 
     def _release_held(self) -> list[Action]:

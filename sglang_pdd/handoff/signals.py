@@ -35,7 +35,8 @@ class RelayEnded:
 
 @dataclass(frozen=True)
 class MainChunk:
-    """MD's stream answered the final handoff with a chunk (before its ``Extended`` event)."""
+    """A chunk of MD's stream after the final handoff (hold: its answer, maybe before its
+    ``Extended`` event; overlap: every one until the client switches)."""
 
     chunk: dict
 
@@ -126,9 +127,19 @@ class TakeOverFromLostRelay:
 
 @dataclass(frozen=True)
 class FinishOnRelay:
-    """RLD finished the request first: release it on MD and end the client's stream."""
+    """RLD finished the request first: release it on MD (abort it there when
+    ``main_running``: MD took an overlapped final handoff) and end the client's stream."""
 
     finish_reason: dict
+    main_running: bool = False
+
+
+@dataclass(frozen=True)
+class AbandonMain:
+    """Overlap: MD, which took the final handoff, cannot serve the client (its ids differ from
+    RLD's, it failed or it erred): abort it there; RLD, still streaming, finishes."""
+
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -159,6 +170,7 @@ Action = (
     | KeepOnRelay
     | TakeOverFromLostRelay
     | FinishOnRelay
+    | AbandonMain
     | FollowMain
     | Fail
 )

@@ -8,6 +8,7 @@ from sglang_pdd.options import option
 from sglang_pdd.policy import HandoffPolicyConfig, PipelinePolicyConfig
 
 MAIN_TRANSFER_STARTS = ("with-prefill", "after-relay")
+HANDOFF_SWITCHES = ("overlap", "hold")
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,15 @@ class RouterConfig:
         True,
         "hand every relayed request off once MD is ready, even one RLD finishes sooner",
         flag="--no-tail-on-relay",
+    )
+    # handoff/core.py: "overlap" applies to deterministic requests only (greedy, or seeded with
+    # --seeded-sampling); any other request switches by holding RLD's ids.
+    handoff_switch: str = option(
+        "overlap",
+        "how the client moves from RLD's ids to MD's at the final handoff: 'overlap' keeps "
+        "RLD streaming until MD's ids (checked against RLD's) are ahead, for greedy and "
+        "seeded requests; 'hold' holds RLD's ids back until MD answers (one RTT + extend)",
+        choices=HANDOFF_SWITCHES,
     )
     control_timeout_s: float = option(
         5.0,
@@ -186,6 +196,11 @@ class RouterConfig:
         if self.handoff_gap_prior_s is not None and not self.handoff_gap_prior_s >= 0:
             raise ValueError(
                 f"--handoff-gap-prior-s must be >= 0 seconds, got {self.handoff_gap_prior_s}"
+            )
+        if self.handoff_switch not in HANDOFF_SWITCHES:
+            raise ValueError(
+                f"--handoff-switch must be one of {', '.join(HANDOFF_SWITCHES)}, got "
+                f"{self.handoff_switch!r}"
             )
         if self.main_transfer_start not in MAIN_TRANSFER_STARTS:
             raise ValueError(

@@ -169,7 +169,10 @@ class PddRequestRun(RelayedPipeline):
                     rec.handoff_stall_s = now - self._last_relay_s
                     if rec.handoff_s is not None:
                         rec.handoff_to_main_s = now - rec.handoff_s
-                        self.router.note_handoff_gap(rec.handoff_to_main_s)
+                        # What the handoff cost the client: overlapped, only the switch's gap.
+                        overlap = rec.handoff_switch == "overlap"
+                        cost = rec.handoff_stall_s if overlap else rec.handoff_to_main_s
+                        self.router.note_handoff_gap(cost)
             rec.main_tokens += len(token_ids)
         rec.e2e_s = now
         if not self.body.get("return_logprob"):

@@ -24,6 +24,7 @@ class PddRecord:
     handoff_tokens: int = 0
     handoff_chunks: int = 0
     handoff_mode: str | None = None  # the mode in force at the first handoff step ("auto" resolved)
+    handoff_switch: str | None = None  # "overlap" (RLD streams on) or "hold" (RLD's ids held)
     handoff_deferrals: int = 0  # final handoffs MD sent back for lack of KV room (RLD served on)
     main_refused: str | None = None  # why MD did not take the request (it finished on RLD)
     relay_failed: str | None = None  # RLD failed with MD ready: MD took over at once
@@ -40,7 +41,8 @@ class PddRecord:
     main_first_s: float | None = None  # MD's first id sent to the client
     e2e_s: float | None = None  # the last id sent (the request's end)
     # The client-visible gap at each final handoff: the last id sent before it to the next id
-    # sent after it (MD's first, or RLD's held ids when MD deferred or refused it).
+    # sent after it (MD's first, or RLD's held ids when MD deferred or refused it). Overlap:
+    # one, at the switch (the last id, RLD's, to MD's next).
     handoff_gaps_s: list[float] = field(default_factory=list)
     relay_itl_s: float | None = None  # mean gap between RLD's chunks at the router
     main_itl_s: float | None = None  # mean gap between MD's chunks at the router

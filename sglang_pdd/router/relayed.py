@@ -3,9 +3,10 @@
 P prefills once for Relay-Decode (room 1, intra-datacenter), then again for Main-Decode (room 2: a
 radix hit on P, sent over the WAN); Relay-Decode's tokens go to the client at once; when
 Main-Decode reports the KV landed, the router hands it the token ids the client already has and
-either keeps Relay-Decode going (Catch-Up chunks) or makes the final handoff. Relay-Decode
-serves until Main-Decode has taken the final handoff; its newer tokens wait meanwhile and reach
-the client only if MD defers or refuses it (``handoff/core.py``). A request that
+either keeps Relay-Decode going (Catch-Up chunks) or makes the final handoff. How the client
+then moves to MD's ids (``handoff/core.py``): a deterministic request keeps RLD streaming until
+MD's ids, checked against RLD's, are ahead (``--handoff-switch overlap``); any other holds RLD's
+newer ids until MD answers, which reach the client only if MD defers or refuses it. A request that
 finishes on Relay-Decode first is released on MD, which caches its KV.
 """
 
@@ -21,6 +22,7 @@ import aiohttp
 
 from sglang_pdd.handoff.core import HandoffCore
 from sglang_pdd.handoff.signals import (
+    AbandonMain,
     EmitRelayIds,
     Fail,
     FinishOnRelay,
@@ -38,7 +40,7 @@ from sglang_pdd.handoff.signals import (
     TakeOverFromLostRelay,
     Tick,
 )
-from sglang_pdd.router.request_fields import max_new_tokens
+from sglang_pdd.router.request_fields import deterministic, max_new_tokens
 from sglang_pdd.router.transfers import DROPPED
 from sglang_pdd.router.upstream import UpstreamError, abort, post_json
 from sglang_pdd.router.upstream_queue import END as _END
@@ -148,12 +150,16 @@ class RelayedPipeline:
             )
         else:
             gate = self._spawn(self._main_gate(prefill1, main_rid))
+        config, sampling = self.router.config, self.body["sampling_params"]
+        overlap = config.handoff_switch == "overlap" and deterministic(
+            sampling, config.seeded_sampling
+        )
+        self.record.handoff_switch = "overlap" if overlap else "hold"
         core = self._core = HandoffCore(
             self.router.handoff_policy,
-            self.router.config.handoff_retry_s,
-            max_new_tokens(self.body["sampling_params"])
-            if self.router.config.tail_on_relay
-            else None,
+            config.handoff_retry_s,
+            max_new_tokens(sampling) if config.tail_on_relay else None,
+            overlap=overlap,
         )
         follow: FollowMain | None = None
         while follow is None:
@@ -163,7 +169,7 @@ class RelayedPipeline:
             }
             if main_q is None:
                 waiters[asyncio.ensure_future(asyncio.shield(gate))] = "prefill"
-            elif core.final_pending:  # MD's stream answering is an answer too (or its failure)
+            elif core.reads_main:  # MD's answer to the final handoff, or its ids to compare
                 waiters[asyncio.ensure_future(main_q.get())] = "main"
             done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             for fut in pending:
@@ -202,9 +208,25 @@ class RelayedPipeline:
                     actions[:0] = await self._send_to_main(control, main_rid, action)
                 elif isinstance(action, FinishOnRelay):
                     self._finish_on_relay(main_q, prefill1, gate, prefill2, main_rid, room2, events)
-                    await self._release_main(main_q, main_rid)
+                    if action.main_running:  # MD decodes an overlapped copy: stop it
+                        self.router.run_in_background(
+                            abort(self.router.session, self.main.url, main_rid)
+                        )
+                    else:
+                        await self._release_main(main_q, main_rid)
                     yield self._finished(action.finish_reason)
                     return
+                elif isinstance(action, AbandonMain):
+                    logger.warning(
+                        "sglang-pdd router: %s: Main-Decode abandoned after the overlapped "
+                        "handoff (%s); Relay-Decode finishes",
+                        self.rid,
+                        action.reason,
+                    )
+                    self.record.main_refused = action.reason
+                    self.router.run_in_background(
+                        abort(self.router.session, self.main.url, main_rid)
+                    )
                 elif isinstance(action, FollowMain):
                     follow = action
                 elif isinstance(action, Fail):
@@ -214,6 +236,8 @@ class RelayedPipeline:
         # MD took the final handoff. RLD's abort runs beside MD's takeover: MD's next token
         # must not wait for it.
         self.record.relay_ids_dropped = follow.dropped_ids
+        if core.overlap:  # the client's gap at the switch: its last id (RLD's) to MD's next
+            self._gap_from = self.record.e2e_s
         self.router.run_in_background(abort(self.router.session, self.relay_url, relay_rid))
         async for event in self._follow_main(
             main_q,
@@ -248,7 +272,8 @@ class RelayedPipeline:
         if action.final:
             self.record.handoff_s = self._since()
             self.record.handoff_tokens = len(action.token_ids)
-            self._gap_from = self.record.e2e_s  # the client's last id (None: none yet)
+            if not self._core.overlap:  # held from here: the client's gap starts at its last id
+                self._gap_from = self.record.e2e_s  # (None: none yet)
         try:
             await control.handoff(main_rid, action.token_ids, final=action.final)
         except UpstreamError as exc:  # MD's control socket takes nothing: RLD goes on

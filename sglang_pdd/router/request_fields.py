@@ -147,3 +147,18 @@ def unsupported_sampling(
     if not seeded and sampling.get("sampling_seed") is not None and temperature not in (0, 0.0):
         bad.append(prefix + "sampling_seed")
     return sorted(bad)
+
+
+# SGLang's sampler treats a temperature below this as greedy (sampling_params._SAMPLING_EPS).
+_GREEDY_TEMPERATURE = 1e-6
+
+
+def deterministic(sampling: dict, seeded: bool) -> bool:
+    """Every instance draws the same ids for ``sampling``: greedy (temperature ~0 or top_k 1),
+    or seeded where every instance runs SGLang's seeded sampler (``seeded``)."""
+    temperature = sampling.get("temperature", 1.0)
+    if temperature is not None and temperature < _GREEDY_TEMPERATURE:
+        return True
+    if sampling.get("top_k") == 1:
+        return True
+    return seeded and sampling.get("sampling_seed") is not None

@@ -27,6 +27,7 @@ class PddClusterConfig:
     dtype: str = "float32"
     wan: WanLinkConfig = WanLinkConfig(bandwidth_mbps=8.0, one_way_delay_ms=100.0)
     handoff_mode: str = "one-shot"
+    handoff_switch: str = "overlap"  # the router's --handoff-switch
     catchup_threshold: int = 64
     catchup_chunk: int = 64
     ttft_slo_s: float | None = 0.0  # 0: every request goes P-RLD-MD; None: the router's default
@@ -334,12 +335,13 @@ def start_router(
     ``upstream_keepalive_s``, ``auto_relay_busy_fraction``, ``upstream_idle_timeout_s``,
     ``seeded_sampling``, ``api_key``, ``handoff_retry_s``, ``migration_limit``,
     ``control_curve`` (a (secret file, MD public key file) pair),
-    ``control_timeout_s``, ``handoff_gap_prior_s``, ``tail_on_relay``), and
+    ``control_timeout_s``, ``handoff_gap_prior_s``, ``tail_on_relay``, ``handoff_switch``), and
     ``relay_url`` reaches Relay-Decode another way (e.g. through a slow proxy), ``relays`` lists
     several Relay-Decodes instead, ``mains`` replaces the Main-Decodes it routes to."""
     cfg = cluster.config
     opts = {
         "handoff_mode": cfg.handoff_mode,
+        "handoff_switch": cfg.handoff_switch,
         "catchup_threshold": cfg.catchup_threshold,
         "catchup_chunk": cfg.catchup_chunk,
         "ttft_slo_s": cfg.ttft_slo_s,
@@ -378,6 +380,8 @@ def start_router(
             str(port),
             "--handoff-mode",
             opts["handoff_mode"],
+            "--handoff-switch",
+            opts["handoff_switch"],
             "--catchup-threshold",
             str(opts["catchup_threshold"]),
             "--catchup-chunk",

@@ -203,14 +203,14 @@ def hold_links(group, cluster, site, name: str, relay_url: str | None = None) ->
 def start_held_router(group, cluster, site, links: HeldLinks, name: str, **overrides):
     """A router (named ``name``) on ``cluster``'s P, its RLD through ``links``' gate and the
     Main-Decode ``site`` through ``links``' control link; ``overrides`` as for
-    ``start_router``. The tail rule is off unless ``overrides`` turns it on: these routers hand
-    off at the points their callers choose."""
+    ``start_router``. The tail rule is off and the switch holds RLD's ids unless ``overrides``
+    say otherwise: these routers hand off at the points their callers choose."""
     from dataclasses import replace
 
     from sglang_pdd.testbed.cluster import start_router
 
     site = replace(site, control_via_wan=links.control.url.replace("http://", "tcp://"))
-    overrides = {"tail_on_relay": False, **overrides}
+    overrides = {"tail_on_relay": False, "handoff_switch": "hold", **overrides}
     return start_router(
         group, cluster, name=name, relay_url=links.relay.url, mains=[site], **overrides
     )

@@ -110,7 +110,8 @@ def held_links(server_group, pdd_cluster):
 
 def _held_router(server_group, pdd_cluster, held_links, name, **overrides):
     """A router over ``held_links``: it hands off at the points its tests choose (the tail
-    rule is off unless ``overrides`` turns it on)."""
+    rule is off, and RLD's ids are held at the final handoff, unless ``overrides`` say
+    otherwise)."""
     from dataclasses import replace
 
     from sglang_pdd.testbed.cluster import start_router
@@ -124,7 +125,7 @@ def _held_router(server_group, pdd_cluster, held_links, name, **overrides):
         name=name,
         relay_url=held_links.relay.url,
         mains=[site],
-        **{"tail_on_relay": False, **overrides},
+        **{"tail_on_relay": False, "handoff_switch": "hold", **overrides},
     )
 
 
@@ -132,6 +133,15 @@ def _held_router(server_group, pdd_cluster, held_links, name, **overrides):
 def held_router(server_group, pdd_cluster, held_links):
     """A One-Shot router on the cluster's instances, over ``held_links``."""
     return _held_router(server_group, pdd_cluster, held_links, "router-held")
+
+
+@pytest.fixture(scope="module")
+def overlap_router(server_group, pdd_cluster, held_links):
+    """A One-Shot router over ``held_links`` whose final handoff overlaps: RLD streams on."""
+    yield _held_router(
+        server_group, pdd_cluster, held_links, "router-overlap", handoff_switch="overlap"
+    )
+    server_group.stop_named("router-overlap")
 
 
 @pytest.fixture(scope="session")

@@ -91,6 +91,7 @@ def test_a_main_decode_with_curve_keys_serves_its_router_and_refuses_other_peers
             relay_url=held_links.relay.url,
             control_curve=curve,
             tail_on_relay=False,
+            handoff_switch="hold",
         )
         rng = random.Random(78)
         ids = [rng.randrange(10, 250) for _ in range(300)]

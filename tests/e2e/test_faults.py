@@ -89,6 +89,7 @@ def doomed_main(server_group, pdd_cluster, held_links):
         mains=[site],
         relay_url=held_links.relay.url,
         tail_on_relay=False,
+        handoff_switch="hold",
     )
     yield site, router
     server_group.stop_named(
@@ -205,7 +206,7 @@ def _doomed_relay(server_group, tiny_model, pdd_cluster, **router_overrides):
         name=f"router-{name}",
         relay_url=relay.url,
         mains=[site],
-        **{"tail_on_relay": False, **router_overrides},
+        **{"tail_on_relay": False, "handoff_switch": "hold", **router_overrides},
     )
     yield relay, control, router
     control.resume()
@@ -433,6 +434,7 @@ def doomed_prefill(server_group, tiny_model, pdd_cluster, held_links, tmp_path):
         relay_url=held_links.relay.url,
         mains=[site],
         tail_on_relay=False,
+        handoff_switch="hold",
     )
     yield prefill, router, fault_file
     server_group.stop_named(router.name, name)

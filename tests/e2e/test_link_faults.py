@@ -109,6 +109,7 @@ def link_router(server_group, pdd_cluster, held_links):
         name="router-link-faults",
         relay_url=held_links.relay.url,
         tail_on_relay=False,
+        handoff_switch="hold",
     )
     yield router
     server_group.stop_named(router.name)

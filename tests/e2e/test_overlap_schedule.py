@@ -137,6 +137,7 @@ def test_concurrent_requests_on_an_overlap_main_decode_match_colocated(
         relay_url=gate.url,
         mains=[overlap_main],
         tail_on_relay=False,
+        handoff_switch="hold",
     )
     try:
         prompts = varied_prompts(12, seed=139)

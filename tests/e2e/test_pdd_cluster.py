@@ -8,6 +8,7 @@ import random
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -66,9 +67,15 @@ def _assert_accounted(record: dict, client_e2e_s: float) -> None:
         assert record["prefill_s"] > 0, record
     if record["finished_on"] == "main" and record["relay_tokens"]:
         assert set(phases) == {"to_first_token", "relay", "handoff_gap", "main"}, record
-        # One final handoff, one client-visible gap at it; held ids are never sent.
-        assert len(record["handoff_gaps_s"]) == 1 + record["handoff_deferrals"], record
-        assert record["relay_ids_dropped"] >= 0, record
+        if record["handoff_switch"] == "hold":
+            # One client-visible gap per final handoff (a deferred one's too); held ids are
+            # never sent.
+            assert len(record["handoff_gaps_s"]) == 1 + record["handoff_deferrals"], record
+            assert record["relay_ids_dropped"] >= 0, record
+        else:  # overlap: RLD streamed on; one gap, at the switch; nothing held
+            assert len(record["handoff_gaps_s"]) == 1, record
+            assert record["relay_ids_dropped"] == 0, record
+            assert record["handoff_gaps_s"][0] == pytest.approx(phases["handoff_gap"], abs=1e-3)
     elif record["finished_on"] == "relay":
         assert set(phases) == {"to_first_token", "relay"}, record
 
@@ -86,8 +93,9 @@ def test_one_shot_matches_colocated(pdd_cluster, colocated, stream):
         _assert_accounted(record, got.latency_s)
         assert record["relay_tokens"] + record["main_tokens"] == len(expected.output_ids)
         assert got.body["meta_info"]["completion_tokens"] == len(expected.output_ids)
+        assert record["handoff_switch"] == "overlap", record  # greedy, the router's default
         if record["finished_on"] == "main":
-            assert record["handoff_tokens"] == record["relay_tokens"] >= 1, record
+            assert record["relay_tokens"] >= record["handoff_tokens"] >= 1, record
             assert record["main_ready_s"] is not None, record
         else:
             assert record["finished_on"] == "relay" and record["main_tokens"] == 0, record
@@ -136,6 +144,67 @@ def test_one_shot_at_chosen_points_matches_colocated(
     ), record
     _assert_accounted(record, got.latency_s)
     wait_router_settled(held_router.url)
+    _assert_nothing_held(pdd_cluster)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
+def test_overlapped_switch_matches_colocated(
+    overlap_router, held_links, pdd_cluster, colocated, stream
+):
+    """The final handoff goes to MD after 8 ids while MD is stopped; RLD streams 24 more to the
+    client meanwhile (nothing held); MD then extends the 8, its ids agree with RLD's 24 and
+    the client switches once MD's are ahead: one answer, identical to the co-located server's,
+    RLD's ids all sent, none dropped."""
+    main = pdd_cluster.mains[0].server
+    for prompt in varied_prompts(2, seed=19):
+        body = {**_held_body(prompt, 120), "rid": f"overlap-{stream}-{len(prompt)}"}
+        held_links.control.pause()
+        held_links.relay.arm(8)
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                future = pool.submit(generate, overlap_router.url, body, stream)
+                wait_held(held_links, future, "8 ids from Relay-Decode")
+                held = held_links.relay.held_ids
+                main.pause()  # the handoff waits in MD's socket
+                try:
+                    held_links.control.resume()  # MD's ready reaches the router: it hands off
+                    wait_for_record(
+                        overlap_router.url,
+                        body["rid"],
+                        future,
+                        lambda r: r["handoff_tokens"] > 0,
+                        "the final handoff",
+                    )
+                    held_links.relay.advance(held + 24)  # RLD streams on past the handoff
+                    wait_for_record(
+                        overlap_router.url,
+                        body["rid"],
+                        future,
+                        lambda r, want=held + 24: r["relay_tokens"] >= want,
+                        "RLD's 24 more ids at the client",
+                    )
+                finally:
+                    main.resume()
+                wait_for_record(
+                    overlap_router.url,
+                    body["rid"],
+                    future,
+                    lambda r: r["main_tokens"] > 0,
+                    "the switch to Main-Decode",
+                )
+                held_links.relay.release()
+                got = future.result(timeout=300)
+        finally:
+            held_links.release()
+        assert got.status == 200, got.body
+        assert got.output_ids == generate(colocated.url, body).output_ids
+        record = got.body["meta_info"]["pdd"]
+        assert (record["finished_on"], record["handoff_switch"]) == ("main", "overlap"), record
+        assert record["handoff_tokens"] == held, record
+        assert record["relay_tokens"] >= held + 24, record  # streamed during the overlap
+        assert record["relay_tokens"] + record["main_tokens"] == 120, record
+        _assert_accounted(record, got.latency_s)
+    wait_router_settled(overlap_router.url)
     _assert_nothing_held(pdd_cluster)
 
 

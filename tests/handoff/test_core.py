@@ -11,6 +11,7 @@ import pytest
 
 from sglang_pdd.handoff.core import HandoffCore
 from sglang_pdd.handoff.signals import (
+    AbandonMain,
     EmitRelayIds,
     Fail,
     FinishOnRelay,
@@ -186,6 +187,132 @@ MAIN_DRAINING_BEFORE_HANDOFF = [
     (tick(), []),
     (relay(3, STOP), [emit(3, 2), FinishOnRelay(STOP)]),
 ]
+
+
+# -- the overlapped switch: RLD streams on after the final handoff ----------------------------
+def md(n: int, start_bad: int | None = None) -> MainChunk:
+    """MD's cumulative ids up to ``n`` (the same as RLD's, unless one differs at ``start_bad``)."""
+    out = ids(n)
+    if start_bad is not None:
+        out[start_bad] = 7
+    return MainChunk({"output_ids": out})
+
+
+OVERLAP = [
+    (READY, [NoteReady(READY)]),
+    (relay(3), [emit(3)]),
+    (tick(), [final(3)]),
+    (relay(5), [emit(5, 3)]),  # not held: the client keeps getting RLD's ids
+    (Extended(rid=RID, tokens=3, final=True), []),  # MD took it; the client stays on RLD
+    (md(4), []),  # MD agrees, but is behind the client
+    (relay(6), [emit(6, 5)]),
+    (md(6), []),  # level: still nothing new from MD
+    (md(7), [FollowMain(ids(6), [{"output_ids": ids(7)}], 0)]),  # ahead: switch, no gap
+    (relay(8), []),
+]
+
+OVERLAP_ANSWERED_BY_MAINS_STREAM = [
+    (READY, [NoteReady(READY)]),
+    (relay(2), [emit(2)]),
+    (tick(), [final(2)]),
+    (md(3), [FollowMain(ids(2), [{"output_ids": ids(3)}], 0)]),
+    (Extended(rid=RID, tokens=2, final=True), []),
+]
+
+OVERLAP_DISAGREES = [
+    (READY, [NoteReady(READY)]),
+    (relay(3), [emit(3)]),
+    (tick(), [final(3)]),
+    (relay(5), [emit(5, 3)]),
+    (md(5, start_bad=4), [AbandonMain("MD's id 4 (7) differs from RLD's (104)")]),
+    (md(6), []),  # MD is abandoned: its stream is no input any more
+    (tick(), []),  # and nothing more goes to it
+    (relay(6, STOP), [emit(6, 5), FinishOnRelay(STOP)]),
+]
+
+OVERLAP_RELAY_FINISHES_FIRST = [
+    (READY, [NoteReady(READY)]),
+    (relay(2), [emit(2)]),
+    (tick(), [final(2)]),
+    (Extended(rid=RID, tokens=2, final=True), []),
+    (relay(3), [emit(3, 2)]),
+    (md(3), []),  # level with the client
+    (relay(4, STOP), [emit(4, 3), FinishOnRelay(STOP, main_running=True)]),  # MD's copy aborted
+]
+
+OVERLAP_DEFERRAL = [
+    (READY, [NoteReady(READY)]),
+    (relay(2), [emit(2)]),
+    (tick(0.0), [final(2)]),
+    (relay(3), [emit(3, 2)]),
+    (Deferred(rid=RID, message="no room"), [RetryLater("no room", 1)]),  # nothing was held
+    (tick(1.0), []),
+    (tick(1.5), [final(3, chunks=2)]),
+    (md(4), [FollowMain(ids(3), [{"output_ids": ids(4)}], 0)]),
+]
+
+OVERLAP_RELAY_FAILS_AFTER_MD_TOOK_IT = [
+    (READY, [NoteReady(READY)]),
+    (relay(3), [emit(3)]),
+    (tick(), [final(3)]),
+    (relay(4), [emit(4, 3)]),
+    (Extended(rid=RID, tokens=3, final=True), []),
+    (RelayEnded(RLD_DOWN), [TakeOverFromLostRelay(RLD_DOWN), FollowMain(ids(4), [], 0)]),
+]
+
+OVERLAP_RELAY_FAILS_WHILE_FINAL_PENDS = [
+    (READY, [NoteReady(READY)]),
+    (relay(3), [emit(3)]),
+    (tick(), [final(3)]),
+    (RelayEnded(RLD_DOWN), []),  # held: MD's answer decides
+    (
+        Extended(rid=RID, tokens=3, final=True),
+        [TakeOverFromLostRelay(RLD_DOWN), FollowMain(ids(3), [], 0)],
+    ),
+]
+
+OVERLAP_MAIN_FAILS_AFTER_TAKING_IT = [
+    (READY, [NoteReady(READY)]),
+    (relay(2), [emit(2)]),
+    (tick(), [final(2)]),
+    (Extended(rid=RID, tokens=2, final=True), []),
+    (
+        MainLost("Main-Decode's stream failed: ended"),
+        [AbandonMain("Main-Decode's stream failed: ended")],
+    ),
+    (relay(3, STOP), [emit(3, 2), FinishOnRelay(STOP)]),
+]
+
+OVERLAP_CASES = {
+    "overlap": OVERLAP,
+    "overlap answered by MD's stream": OVERLAP_ANSWERED_BY_MAINS_STREAM,
+    "overlap: MD disagrees": OVERLAP_DISAGREES,
+    "overlap: RLD finishes first": OVERLAP_RELAY_FINISHES_FIRST,
+    "overlap: deferral": OVERLAP_DEFERRAL,
+    "overlap: RLD fails after MD took it": OVERLAP_RELAY_FAILS_AFTER_MD_TOOK_IT,
+    "overlap: RLD fails while the final handoff pends": OVERLAP_RELAY_FAILS_WHILE_FINAL_PENDS,
+    "overlap: MD fails after taking it": OVERLAP_MAIN_FAILS_AFTER_TAKING_IT,
+}
+
+
+@pytest.mark.parametrize("steps", OVERLAP_CASES.values(), ids=OVERLAP_CASES.keys())
+def test_overlapped_switch_inputs_in_actions_out(steps):
+    core = HandoffCore(HandoffPolicy(), retry_s=0.5, overlap=True)
+    for number, (signal, expected) in enumerate(steps):
+        assert core.on(signal) == expected, f"step {number}: {signal}"
+
+
+def test_overlap_reads_mds_stream_until_the_switch():
+    core = HandoffCore(HandoffPolicy(), retry_s=0.5, overlap=True)
+    core.on(READY)
+    core.on(relay(2))
+    assert not core.reads_main
+    core.on(tick())
+    assert core.reads_main and core.final_pending
+    core.on(Extended(rid=RID, tokens=2, final=True))
+    assert core.reads_main and core.switching and core.main_answer_due
+    core.on(md(3))
+    assert core.ended and not core.reads_main
 
 
 @pytest.mark.parametrize(

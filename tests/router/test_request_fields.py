@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from sglang_pdd.router.request_fields import (
+    _GREEDY_TEMPERATURE,
     GENERATE_FIELDS,
     OPENAI_FIELDS,
+    deterministic,
     unsupported_fields,
     unsupported_message,
     unsupported_sampling,
@@ -126,3 +130,26 @@ def test_openai_penalties_and_logit_bias_are_served():
     assert unsupported_fields({**body, "logprobs": True, "n": 2, "echo": True}, OPENAI_FIELDS) == [
         "echo"
     ]
+
+
+@pytest.mark.parametrize(
+    ("sampling", "seeded", "expected"),
+    [
+        ({"temperature": 0}, False, True),
+        ({"temperature": 0.0, "sampling_seed": 3}, False, True),
+        ({"temperature": 1e-7}, False, True),  # below SGLang's epsilon: greedy
+        ({}, False, False),  # SGLang's default temperature is 1.0
+        ({"temperature": 0.7, "top_k": 1}, False, True),
+        ({"temperature": 0.7, "sampling_seed": 3}, False, False),  # no seeded sampler
+        ({"temperature": 0.7, "sampling_seed": 3}, True, True),
+        ({"temperature": 0.7}, True, False),
+    ],
+)
+def test_deterministic_requests_are_greedy_or_seeded(sampling, seeded, expected):
+    assert deterministic(sampling, seeded) is expected
+
+
+def test_greedy_means_what_sglangs_sampler_means():
+    from sglang.srt.sampling import sampling_params
+
+    assert _GREEDY_TEMPERATURE == sampling_params._SAMPLING_EPS
