@@ -247,7 +247,10 @@ async def upstream_errors(request, handler):
 
 def build_app(state: RouterState) -> web.Application:
     app = web.Application(
-        middlewares=[api_key_middleware(state.config.api_key), upstream_errors],
+        middlewares=[
+            api_key_middleware(state.config.api_key, state.config.admin_api_key),
+            upstream_errors,
+        ],
         client_max_size=int(state.config.max_body_mb * 2**20),
     )
     app[STATE] = state

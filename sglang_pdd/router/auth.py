@@ -1,5 +1,6 @@
-"""API keys: the router's own (``--api-key``, as ``sglang.launch_server``) and the one it
-presents to instances that require one (``--instance-api-key``)."""
+"""API keys: the router's own (``--api-key`` and ``--admin-api-key``, as
+``sglang.launch_server``) and the one it presents to instances that require one
+(``--instance-api-key``)."""
 
 from __future__ import annotations
 
@@ -9,24 +10,42 @@ from aiohttp import web
 
 # Always open, as on an SGLang server: probes and Prometheus need no secret.
 OPEN_PREFIXES = ("/health", "/ready", "/metrics")
+# The operator's endpoints (drain, undrain, the live request list): SGLang's ADMIN_OPTIONAL
+# level, as its own admin endpoints.
+ADMIN_PREFIXES = ("/pdd/",)
 
 
-def authorized(path: str, method: str, authorization: str | None, api_key: str | None) -> bool:
-    """SGLang's rule: with a key set, every endpoint but the open ones needs
-    ``Authorization: Bearer <key>`` (compared in constant time)."""
-    if not api_key or method == "OPTIONS" or path.startswith(OPEN_PREFIXES):
+def authorized(
+    path: str,
+    method: str,
+    authorization: str | None,
+    api_key: str | None,
+    admin_api_key: str | None = None,
+) -> bool:
+    """SGLang's rule (``sglang.srt.utils.auth.decide_request_auth``): probes are open; an admin
+    endpoint needs the admin key if one is set, else the API key if one is set; any other
+    endpoint needs the API key if one is set (the admin key does not open it).
+    ``Authorization: Bearer <key>``, compared in constant time."""
+    if method == "OPTIONS" or path.startswith(OPEN_PREFIXES):
+        return True
+    key = (admin_api_key or api_key) if path.startswith(ADMIN_PREFIXES) else api_key
+    if not key:
         return True
     scheme, _, token = (authorization or "").partition(" ")
-    return scheme.lower() == "bearer" and secrets.compare_digest(token, api_key)
+    return scheme.lower() == "bearer" and secrets.compare_digest(token, key)
 
 
-def api_key_middleware(api_key: str | None):
+def api_key_middleware(api_key: str | None, admin_api_key: str | None = None):
     """An aiohttp middleware answering 401 ``{"error": "Unauthorized"}`` (SGLang's answer)."""
 
     @web.middleware
     async def check(request: web.Request, handler):
         if not authorized(
-            request.path, request.method, request.headers.get("Authorization"), api_key
+            request.path,
+            request.method,
+            request.headers.get("Authorization"),
+            api_key,
+            admin_api_key,
         ):
             return web.json_response({"error": "Unauthorized"}, status=401)
         return await handler(request)

@@ -117,6 +117,12 @@ class RouterConfig:
         "clients must send 'Authorization: Bearer KEY' (as sglang.launch_server "
         "--api-key); /health*, /ready*, /metrics stay open",
     )
+    admin_api_key: str | None = option(
+        None,
+        "the operator's endpoints (/pdd/drain, /pdd/undrain, /pdd/requests) need "
+        "'Authorization: Bearer KEY' (as sglang.launch_server --admin-api-key; without it "
+        "they take --api-key); the admin key opens nothing else",
+    )
     instance_api_key: str | None = option(
         None, "key the router presents to every instance (P, RLD, MD) started with --api-key"
     )
@@ -210,6 +216,7 @@ class RouterConfig:
             )
         for flag, value in (
             ("--api-key", self.api_key),
+            ("--admin-api-key", self.admin_api_key),
             ("--instance-api-key", self.instance_api_key),
         ):
             if value is not None and (not value or any(c.isspace() for c in value)):

@@ -333,7 +333,7 @@ def start_router(
     """Start a(nother) router in front of ``cluster``; ``overrides`` replace config fields
     (``handoff_mode``, ``catchup_threshold``, ``catchup_chunk``, ``ttft_slo_s``,
     ``upstream_keepalive_s``, ``auto_relay_busy_fraction``, ``upstream_idle_timeout_s``,
-    ``seeded_sampling``, ``api_key``, ``handoff_retry_s``, ``migration_limit``,
+    ``seeded_sampling``, ``api_key``, ``admin_api_key``, ``handoff_retry_s``, ``migration_limit``,
     ``control_curve`` (a (secret file, MD public key file) pair),
     ``control_timeout_s``, ``handoff_gap_prior_s``, ``tail_on_relay``, ``handoff_switch``), and
     ``relay_url`` reaches Relay-Decode another way (e.g. through a slow proxy), ``relays`` lists
@@ -352,6 +352,7 @@ def start_router(
         "upstream_idle_timeout_s": 600.0,
         "seeded_sampling": cfg.seeded_sampling,
         "api_key": None,
+        "admin_api_key": None,
         "handoff_retry_s": 0.5,
         "handoff_gap_prior_s": None,
         "tail_on_relay": True,
@@ -410,6 +411,7 @@ def start_router(
             *(("--incremental-streaming-output",) if opts["incremental_streaming_output"] else ()),
             *(("--seeded-sampling",) if opts["seeded_sampling"] else ()),
             *(("--api-key", opts["api_key"]) if opts["api_key"] else ()),
+            *(("--admin-api-key", opts["admin_api_key"]) if opts["admin_api_key"] else ()),
             *(
                 (
                     "--control-curve-secret",

@@ -653,10 +653,17 @@ def test_flags_are_in_launch_server_help():
 
 
 def test_router_api_key(server_group, pdd_cluster, colocated):
-    """--api-key as on sglang.launch_server: 401 without the key, probes stay open."""
+    """--api-key and --admin-api-key as on sglang.launch_server: 401 without the key, probes
+    stay open, the operator's endpoints take the admin key only."""
     from sglang_pdd.testbed.cluster import start_router
 
-    router = start_router(server_group, pdd_cluster, name="router-keyed", api_key="s3cret")
+    router = start_router(
+        server_group, pdd_cluster, name="router-keyed", api_key="s3cret", admin_api_key="adm1n"
+    )
+    for key, status in ((None, 401), ("s3cret", 401), ("adm1n", 200)):
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        got = requests.get(router.url + "/pdd/requests", headers=headers, timeout=60)
+        assert got.status_code == status, (key, got.text)
     body = _body("keyed", 4)
     assert requests.post(router.url + "/generate", json=body, timeout=60).status_code == 401
     wrong = {"Authorization": "Bearer nope"}
@@ -673,6 +680,8 @@ def test_router_api_key(server_group, pdd_cluster, colocated):
     )
     assert ok.status_code == 200
     assert ok.json()["output_ids"] == generate(colocated.url, body).output_ids
+    admin_only = {"Authorization": "Bearer adm1n"}
+    assert requests.post(router.url + "/generate", json=body, headers=admin_only).status_code == 401
 
 
 def test_the_tail_rule_keeps_a_nearly_finished_request_on_relay_decode(
