@@ -16,6 +16,7 @@ import zmq
 import zmq.asyncio
 
 from sglang_pdd.cache.kv_event_view import KvEventCacheView
+from sglang_pdd.router.supervised import supervise
 
 logger = logging.getLogger("sglang_pdd.router")
 
@@ -29,6 +30,26 @@ def decode_batch(payload: bytes) -> list[dict]:
     if not isinstance(batch, (list, tuple)) or len(batch) < 2 or not isinstance(batch[1], list):
         raise ValueError("KV event batch must be [ts, events, ...]")
     return [e for e in batch[1] if isinstance(e, dict)]
+
+
+def apply_events(view: KvEventCacheView, events: list[dict], source: str) -> int:
+    """Apply ``events`` to ``view``; returns how many could not be applied. A malformed event
+    (whatever a peer put in it) is logged and skipped: the rest of the batch and the stream
+    go on, so one bad publisher message cannot freeze the router's view of MD's cache."""
+    bad = 0
+    for event in events:
+        try:
+            view.apply(event)
+        except Exception as exc:  # noqa: BLE001 - logged and counted, the event skipped
+            bad += 1
+            logger.warning(
+                "sglang-pdd router: bad KV event from %s (%s: %s): %.200r",
+                source,
+                type(exc).__name__,
+                exc,
+                event,
+            )
+    return bad
 
 
 class KvEventSubscriber:
@@ -45,11 +66,14 @@ class KvEventSubscriber:
         self._last_seq: int | None = None
         self.batches = 0
         self.gaps = 0  # sequence numbers skipped (events lost: the view may be stale)
+        self.bad_events = 0  # events the view could not apply (skipped, logged)
         self.listeners: list = []  # callables run after each batch (e.g. wake waiters)
 
     def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+            self._task = asyncio.get_running_loop().create_task(
+                supervise(f"KV events of {self.endpoint}", self._run)
+            )
 
     async def _run(self) -> None:
         while True:
@@ -78,8 +102,7 @@ class KvEventSubscriber:
                     "sglang-pdd router: bad KV event batch from %s: %s", self.endpoint, exc
                 )
                 continue
-            for event in events:
-                self.view.apply(event)
+            self.bad_events += apply_events(self.view, events, self.endpoint)
             self.batches += 1
             for listener in self.listeners:
                 listener()

@@ -21,6 +21,7 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import recv_monitor_message
 
+from sglang_pdd.router.supervised import supervise
 from sglang_pdd.router.upstream import UpstreamError
 from sglang_pdd.wire import codec
 from sglang_pdd.wire.messages import Handoff, Release, Watch
@@ -72,8 +73,10 @@ class MainControlClient:
     def start(self) -> None:
         if self._reader is None:
             loop = asyncio.get_running_loop()
-            self._reader = loop.create_task(self._read_events())
-            self._rewatcher = loop.create_task(self._rewatch_on_reconnect())
+            name = f"control events of {self.endpoint}"
+            self._reader = loop.create_task(supervise(name, self._read_events))
+            name = f"control re-watch of {self.endpoint}"
+            self._rewatcher = loop.create_task(supervise(name, self._rewatch_on_reconnect))
 
     async def _rewatch_on_reconnect(self) -> None:
         while True:
@@ -89,7 +92,13 @@ class MainControlClient:
                 len(rids),
             )
             for rid in rids:
-                await self._send(codec.encode(Watch(rid=rid)))
+                try:
+                    await self._send(codec.encode(Watch(rid=rid)))
+                except UpstreamError as exc:  # the new connection went again: the next one
+                    logger.warning(  # re-watches them all
+                        "sglang-pdd router: re-watch of %s failed: %s", rid, exc.body["error"]
+                    )
+                    break
 
     async def _send(self, payload: bytes) -> None:
         try:

@@ -26,6 +26,7 @@ from sglang_pdd.router.health import InstanceHealth
 from sglang_pdd.router.main_control import MainControlClient
 from sglang_pdd.router.main_site import MainSite
 from sglang_pdd.router.request_model import RequestLimits
+from sglang_pdd.router.supervised import supervise
 from sglang_pdd.router.transfers import DEFERRED, MainTransfer
 from sglang_pdd.transfer.link_model import LinkModelConfig
 
@@ -122,18 +123,25 @@ class RouterState:
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.vocab_size = _model_vocab_size(self.model_info.get("model_path"), self.tokenizer)
         self.kv_bytes_per_token = await self._kv_bytes_per_token()
-        if self.config.relay:
-            self._load_poller = asyncio.get_running_loop().create_task(self._poll_relay_loads())
         loop = asyncio.get_running_loop()
-        self._health_probe = loop.create_task(self.health.probe(self.session))
+        if self.config.relay:
+            self._load_poller = loop.create_task(
+                supervise("Relay-Decode load poller", self._poll_relay_loads)
+            )
+        self._health_probe = loop.create_task(
+            supervise("instance health probe", lambda: self.health.probe(self.session))
+        )
         if self.config.instance_check_interval_s > 0:
             decoding = [*self.config.relay, *self.mains]
             self._ready_watch = loop.create_task(
-                self.health.watch_ready(
-                    self.session,
-                    decoding,
-                    self.config.instance_check_interval_s,
-                    self.move_requests_off,
+                supervise(
+                    "instance /ready watch",
+                    lambda: self.health.watch_ready(
+                        self.session,
+                        decoding,
+                        self.config.instance_check_interval_s,
+                        self.move_requests_off,
+                    ),
                 )
             )
 
