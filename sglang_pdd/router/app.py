@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import aiohttp
 from aiohttp import web
 
 from sglang_pdd.router.auth import api_key_middleware
@@ -167,11 +168,13 @@ async def health(request):
     state = request.app[STATE]
     urls = [*state.config.prefill, *state.config.relay, *(m.url for m in state.config.main)]
 
+    timeout = aiohttp.ClientTimeout(total=state.config.health_timeout_s)
+
     async def ok(url):
         try:
-            async with state.session.get(f"{url}/health") as resp:
+            async with state.session.get(f"{url}/health", timeout=timeout) as resp:
                 return resp.status == 200
-        except Exception:  # noqa: BLE001 - any failure means unhealthy
+        except Exception:  # noqa: BLE001 - any failure (or silence) means unhealthy
             return False
 
     results = await asyncio.gather(*(ok(u) for u in urls))
@@ -186,8 +189,15 @@ async def health_generate(request):
     run = ClientRun(
         state, state.tokenizer.encode("health"), {"max_new_tokens": 2, "temperature": 0.0}, {}
     )
-    async for _ in run.events():
-        pass
+    events = run.events()
+    limit = state.config.health_timeout_s
+    try:
+        async with asyncio.timeout(limit):
+            async for _ in events:
+                pass
+    except TimeoutError:
+        await abandon(state, events)  # its clean-up aborts it on every instance
+        return _error(503, f"no answer to a 2-token generation in {limit:g} s")
     return web.Response(text="")
 
 

@@ -58,6 +58,11 @@ class RouterConfig:
         "end a request whose decoding instance sends nothing for this long (504, aborted "
         "everywhere); a Main-Decode parked before the handoff is exempt until the handoff",
     )
+    health_timeout_s: float = option(
+        20.0,
+        "/health waits this long for each instance's /health, /health_generate this long for "
+        "its 2-token generation, before answering 503 (SGLang's HEALTH_CHECK_TIMEOUT)",
+    )
     handoff_retry_s: float = option(
         0.5,
         "a final handoff Main-Decode defers for lack of KV room is made again this long "
@@ -190,6 +195,7 @@ class RouterConfig:
             ("--upstream-connect-timeout-s", self.upstream_connect_timeout_s),
             ("--upstream-idle-timeout-s", self.upstream_idle_timeout_s),
             ("--handoff-retry-s", self.handoff_retry_s),
+            ("--health-timeout-s", self.health_timeout_s),
             ("--control-timeout-s", self.control_timeout_s),
         ):
             if not value > 0:

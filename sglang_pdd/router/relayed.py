@@ -108,7 +108,13 @@ class RelayedPipeline:
             main_rid,
             asyncio.gather(
                 self._prefill(self.ids.prefill_for_main, room2),
-                post_json(session, f"{self.main.url}/generate", self._sub_body(main_rid, room2)),
+                post_json(
+                    session,
+                    f"{self.main.url}/generate",
+                    self._sub_body(main_rid, room2),
+                    # A partitioned MD must not hold this warm (and its transfer) for good.
+                    timeout_s=self.router.config.upstream_idle_timeout_s,
+                ),
                 return_exceptions=True,
             ),
         )

@@ -31,16 +31,27 @@ async def _error_body(resp: aiohttp.ClientResponse) -> dict:
     return body if isinstance(body, dict) else {"error": {"message": str(body)}}
 
 
-async def post_json(session: aiohttp.ClientSession, url: str, body: dict) -> dict:
-    """POST and return the JSON answer; raise ``UpstreamError`` on a non-200 answer, and a 502
-    naming the instance when it cannot be reached or breaks the connection."""
+async def post_json(
+    session: aiohttp.ClientSession, url: str, body: dict, timeout_s: float | None = None
+) -> dict:
+    """POST and return the JSON answer; raise ``UpstreamError`` on a non-200 answer, a 502
+    naming the instance when it cannot be reached or breaks the connection, and a 504 naming it
+    when ``timeout_s`` (None: the session's limits only) passed without an answer."""
+    instance = url.rsplit("/", 1)[0]
+    timeout = (
+        aiohttp.ClientTimeout(total=timeout_s, sock_connect=session.timeout.sock_connect)
+        if timeout_s is not None
+        else None
+    )
     try:
-        async with session.post(url, json=body) as resp:
+        async with session.post(url, json=body, timeout=timeout) as resp:
             if resp.status != 200:
                 raise UpstreamError(resp.status, await _error_body(resp))
             return await resp.json(content_type=None)
+    except TimeoutError as exc:
+        why = f"{instance} did not answer within {timeout_s:g} s"
+        raise UpstreamError(504, {"error": {"message": why, "code": 504}}, instance) from exc
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-        instance = url.rsplit("/", 1)[0]
         raise UpstreamError(
             502,
             {"error": {"message": f"{instance}: {type(exc).__name__}: {exc}", "code": 502}},

@@ -90,3 +90,37 @@ def test_an_abort_to_an_instance_that_never_answers_gives_up():
         return reached.is_set()
 
     assert asyncio.run(run())
+
+
+def test_a_post_with_a_deadline_answers_504_naming_the_silent_instance():
+    """A real server that never answers: ``post_json`` gives up after its deadline."""
+    from sglang_pdd.router.upstream import UpstreamError, post_json
+
+    async def run():
+        never = asyncio.Event()
+
+        async def silent(request):
+            await never.wait()
+
+        app = web.Application()
+        app.router.add_post("/generate", silent)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        try:
+            async with aiohttp.ClientSession() as session:
+                url = f"http://127.0.0.1:{port}/generate"
+                try:
+                    await post_json(session, url, {}, timeout_s=0.2)
+                except UpstreamError as exc:
+                    return exc
+        finally:
+            never.set()
+            await runner.cleanup()
+
+    exc = asyncio.run(run())
+    assert exc is not None and exc.status == 504
+    assert exc.instance.startswith("http://127.0.0.1:") and "/generate" not in exc.instance
+    assert "did not answer within 0.2 s" in exc.body["error"]["message"]
