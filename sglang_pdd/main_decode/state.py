@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from array import array
+from collections import Counter
 from dataclasses import dataclass
 
 import msgspec
@@ -33,6 +34,11 @@ logger = logging.getLogger("sglang_pdd")
 # every TP rank forgets it in the same iteration and all ranks park the same requests.
 ABORT_MEMORY_ITERATIONS = 20_000
 CONTROL_RCVHWM = 10_000  # control messages queued per peer before ZeroMQ drops more
+# What one control peer (a router) may have MD hold for it at once: requests watched, and
+# handed-off token ids waiting for their KV or for an iteration. Beyond them its messages are
+# refused (an error reply), so a buggy or hostile peer cannot grow MD's memory without bound.
+MAX_WATCHES_PER_PEER = 65_536
+MAX_HELD_HANDOFF_TOKENS_PER_PEER = 16_000_000
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,8 @@ class MainDecodeState:
         vocab_size: int | None = None,
         ttl_s: float = 600.0,
         curve=None,
+        max_watches_per_peer: int = MAX_WATCHES_PER_PEER,
+        max_held_tokens_per_peer: int = MAX_HELD_HANDOFF_TOKENS_PER_PEER,
     ) -> None:
         """``control_port`` None: a scheduler rank without the socket (TP ranks other than the
         one that receives requests): it applies the control messages rank 0 reads, which reach
@@ -106,6 +114,11 @@ class MainDecodeState:
         self.watchers: dict[str, bytes] = {}  # rid -> ZeroMQ identity of the router
         # rid -> (token ids, final), waiting for the KV or for the scheduler's next iteration.
         self.handoffs: dict[str, tuple[list[int], bool]] = {}
+        # Per peer: rids it watches, handed-off ids held for it (MAX_*_PER_PEER bound them).
+        self.max_watches_per_peer = max_watches_per_peer
+        self.max_held_tokens_per_peer = max_held_tokens_per_peer
+        self.watch_counts: Counter[bytes] = Counter()
+        self.held_tokens: Counter[bytes] = Counter()
         self.releases: set[str] = set()  # finished on Relay-Decode: end once the KV is in
         # Aborts that found nothing parked, by rid prefix: a relayed request whose KV lands
         # after its abort (the abort raced the transfer's last step) is ended, not parked.
@@ -192,7 +205,15 @@ class MainDecodeState:
             self._refuse(identity, rid, "another peer owns this request")
             return
         if isinstance(message, Watch):
-            self.watchers[rid] = identity
+            if owner is None and self.watch_counts[identity] >= self.max_watches_per_peer:
+                self._refuse(
+                    identity,
+                    rid,
+                    f"this peer watches {self.max_watches_per_peer} "
+                    "requests already (MAX_WATCHES_PER_PEER)",
+                )
+                return
+            self._watch(rid, identity)
             if rid in self.parked:
                 self._send(self._ready_event(self.parked[rid]))
         elif owner is None:
@@ -200,13 +221,25 @@ class MainDecodeState:
         elif isinstance(message, Release):
             self.releases.add(rid)
         elif isinstance(message, Handoff):
+            old = len(self.handoffs[rid][0]) if rid in self.handoffs else 0
+            held = self.held_tokens[identity] - old + len(message.token_ids)
+            if held > self.max_held_tokens_per_peer:
+                self._refuse(
+                    identity,
+                    rid,
+                    f"this peer's handoffs would hold {held} token ids "
+                    f"(over {self.max_held_tokens_per_peer}, MAX_HELD_HANDOFF_TOKENS_PER_PEER)",
+                )
+                return
+            self._drop_handoff(rid)
             self.handoffs[rid] = (list(message.token_ids), message.final)
+            self.held_tokens[identity] += len(message.token_ids)
 
     def _expire(self, rid: str) -> None:
         """No control activity for ``idle.ttl_s``: end a parked request (its KV is cached, as
         for a release) and drop what the control state holds for the rid."""
         self.idle.forget(rid)
-        self.handoffs.pop(rid, None)
+        self._drop_handoff(rid)
         if rid in self.parked:
             logger.warning(
                 "sglang-pdd: %s parked %.0f s without a handoff or release: ending it "
@@ -219,7 +252,30 @@ class MainDecodeState:
             self.releases.add(rid)
         else:
             self.releases.discard(rid)
-        self.watchers.pop(rid, None)
+        self._unwatch(rid)
+
+    def _watch(self, rid: str, identity: bytes) -> None:
+        if self.watchers.get(rid) != identity:
+            self._unwatch(rid)
+            self.watchers[rid] = identity
+            self.watch_counts[identity] += 1
+
+    def _unwatch(self, rid: str) -> None:
+        """``rid`` is no longer watched (its handoffs held for the peer are dropped too)."""
+        self._drop_handoff(rid)
+        identity = self.watchers.pop(rid, None)
+        if identity is not None:
+            self.watch_counts[identity] -= 1
+            if self.watch_counts[identity] <= 0:
+                del self.watch_counts[identity]
+
+    def _drop_handoff(self, rid: str) -> None:
+        held = self.handoffs.pop(rid, None)
+        identity = self.watchers.get(rid)
+        if held is not None and identity is not None:
+            self.held_tokens[identity] -= len(held[0])
+            if self.held_tokens[identity] <= 0:
+                del self.held_tokens[identity]
 
     def poll_control(self, timeout_ms: int = 0) -> None:
         """Read and apply pending control messages on this rank alone (tests; TP = 1)."""
@@ -265,7 +321,7 @@ class MainDecodeState:
                     self.releases.add(req.rid)  # ends through SGLang's abort, KV cached
             else:
                 self.parked_at.pop(req.rid, None)
-                self.watchers.pop(req.rid, None)  # a P-MD request: nothing more to report
+                self._unwatch(req.rid)  # a P-MD request: nothing more to report
                 self.idle.forget(req.rid)
                 keep.append(req)
         if len(keep) != len(scheduler.waiting_queue):
@@ -279,18 +335,21 @@ class MainDecodeState:
             scheduler.waiting_queue.insert(0, self.parked.pop(rid))
             self.parked_at.pop(rid, None)
             self.idle.forget(rid)
-            self.handoffs.pop(rid, None)
-            self.watchers.pop(rid, None)
+            self._unwatch(rid)
             self.kv_waits.discard(rid)
         if not named and rid_prefix and not abort_all:
+            self._forget_old_aborts()  # also here: an MD serving only P-MD never parks
             self.recent_aborts[rid_prefix] = self.iteration
         for rid in [r for r in self.releases if abort_all or r.startswith(rid_prefix)]:
             self.releases.discard(rid)
 
-    def _aborted_before_parking(self, rid: str) -> bool:
+    def _forget_old_aborts(self) -> None:
         cutoff = self.iteration - ABORT_MEMORY_ITERATIONS
         for prefix in [p for p, t in self.recent_aborts.items() if t < cutoff]:
             del self.recent_aborts[prefix]
+
+    def _aborted_before_parking(self, rid: str) -> bool:
+        self._forget_old_aborts()
         return any(rid.startswith(prefix) for prefix in self.recent_aborts)
 
     def release_finished(self, scheduler) -> None:
@@ -319,7 +378,7 @@ class MainDecodeState:
             verdict = admit(req, token_ids, final)
             if verdict is False:
                 continue
-            del self.handoffs[rid]
+            self._drop_handoff(rid)
             if isinstance(verdict, HandoffDeferred):
                 self._send(Deferred(rid=rid, message=verdict.reason))
                 continue
@@ -345,7 +404,7 @@ class MainDecodeState:
     def notify_extended(self, rid: str, tokens: int, final: bool) -> None:
         self._send(Extended(rid=rid, t=time.time(), tokens=tokens, final=final))
         if final:
-            self.watchers.pop(rid, None)
+            self._unwatch(rid)
             self.kv_waits.discard(rid)
 
 
