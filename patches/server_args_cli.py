@@ -81,6 +81,13 @@ def hook(result, parser, *args, **kwargs):
         "without CURVE keys (logged as a warning at start).",
     )
     group.add_argument(
+        "--pdd-kv-events-insecure",
+        action="store_true",
+        help="Let SGLang's KV-event publisher (--kv-events-config) bind a non-loopback "
+        "address: its events carry every cached prompt's token ids, unauthenticated. Without "
+        "it such a config is refused; bind loopback and tunnel across sites instead.",
+    )
+    group.add_argument(
         "--pdd-control-curve-secret",
         default="",
         help="Main-Decode: this server's CURVE key pair (a NAME.key_secret file from "

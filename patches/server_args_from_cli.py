@@ -26,7 +26,7 @@ def applies() -> bool:
 
 def hook(server_args, cls, args, *rest, **kwargs):
     """Build and attach the config; raises ValueError on contradictory flags."""
-    from sglang_pdd.config import DEFAULT_CONTROL_HOST, PddServerConfig
+    from sglang_pdd.config import DEFAULT_CONTROL_HOST, PddServerConfig, check_kv_events
     from sglang_pdd.transfer.wan_link import WanLinkConfig
 
     if not hasattr(args, "pdd_role"):
@@ -53,6 +53,7 @@ def hook(server_args, cls, args, *rest, **kwargs):
         control_port=args.pdd_control_port,
         control_host=getattr(args, "pdd_control_host", DEFAULT_CONTROL_HOST),
         control_insecure=bool(getattr(args, "pdd_control_insecure", False)),
+        kv_events_insecure=bool(getattr(args, "pdd_kv_events_insecure", False)),
         log_transfers=args.pdd_log_transfers,
         seeded_sampling=bool(getattr(args, "pdd_seeded_sampling", False)),
         parked_ttl_s=float(getattr(args, "pdd_parked_ttl_s", 600.0)),
@@ -63,5 +64,7 @@ def hook(server_args, cls, args, *rest, **kwargs):
     config.check_against(
         args.disaggregation_mode, bool(args.disaggregation_decode_enable_radix_cache)
     )
+    if config.role != "none":
+        check_kv_events(server_args.kv_events_config, config.kv_events_insecure)
     server_args._pdd = config
     return server_args

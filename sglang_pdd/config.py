@@ -44,6 +44,9 @@ class PddServerConfig:
     control_host: str = DEFAULT_CONTROL_HOST  # the interface the control socket binds
     # Main-Decode: bind a non-loopback control host without CURVE keys (said so in the log).
     control_insecure: bool = False
+    # Let SGLang's KV-event publisher (--kv-events-config) bind a non-loopback address: its
+    # events carry the token ids of every cached prompt, in the clear.
+    kv_events_insecure: bool = False
     log_transfers: bool = False
     # Sample every request with SGLang's seeded sampler (a request's sampling_seed, or a random
     # one), without --enable-deterministic-inference: patches/seeded_sampling.py.
@@ -136,6 +139,37 @@ class PddServerConfig:
             raise ValueError(
                 "--pdd-role main needs --disaggregation-decode-enable-radix-cache: Main-Decode "
                 "receives only the KV its decode-side radix cache lacks"
+            )
+
+
+def check_kv_events(kv_events_config: str | None, insecure: bool) -> None:
+    """Refuse a ``--kv-events-config`` whose publisher binds a non-loopback address, unless
+    ``insecure`` (``--pdd-kv-events-insecure``): SGLang's publisher has no authentication or
+    encryption, and its events carry the token ids of every cached prompt. Across sites, bind
+    it to loopback and carry it through an encrypted tunnel (docs/faults.md)."""
+    if not kv_events_config or insecure:
+        return
+    from sglang.srt.disaggregation.kv_events import KVEventsConfig
+
+    cfg = KVEventsConfig.from_cli(kv_events_config)
+    if cfg.publisher != "zmq":
+        return
+    for name, endpoint, binds in (
+        ("endpoint", cfg.endpoint, cfg.bind),
+        ("replay_endpoint", cfg.replay_endpoint, True),  # always bound (a ROUTER)
+    ):
+        if not endpoint or not endpoint.startswith("tcp://"):
+            continue
+        host = endpoint[len("tcp://") :].rsplit(":", 1)[0].strip("[]")
+        wildcard = host in ("*", "0.0.0.0", "::")
+        if binds is None:  # SGLang's heuristic: a wildcard binds, an address connects
+            binds = wildcard
+        if binds and (wildcard or not is_loopback(host)):
+            raise ValueError(
+                f"--kv-events-config {name} {endpoint} binds a non-loopback address: anyone "
+                "who reaches it reads the token ids of every cached prompt. Bind it to "
+                '127.0.0.1 ("bind": true) and carry it across sites through an encrypted '
+                "tunnel, or pass --pdd-kv-events-insecure"
             )
 
 

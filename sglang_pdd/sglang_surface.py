@@ -246,6 +246,11 @@ SURFACE: tuple[Use, ...] = (
     *_attrs(_BATCH, "ScheduleBatch", _EXTEND, "sampling_info", "batch_is_full"),
     *_attrs(_BATCH, "ScheduleBatch", _SEEDED, "device"),
     _use(CLASS, _BATCH, "NextBatchPlan", "patches/main_handoff_batch.py"),
+    # -- the KV-event publisher's config (what binds where) ---------------------------------
+    _use(METHOD, _EVENTS, "KVEventsConfig.from_cli", "config.py"),
+    *_attrs(_EVENTS, "KVEventsConfig", "config.py", "publisher", "endpoint", "bind"),
+    *_attrs(_EVENTS, "KVEventsConfig", "config.py", "replay_endpoint"),
+    *_attrs(_ARGS, "ServerArgs", "patches/server_args_from_cli.py", "kv_events_config"),
     *_attrs(
         _BATCH, "NextBatchPlan", "patches/main_handoff_batch.py", "batch_to_run", "running_batch"
     ),

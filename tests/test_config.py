@@ -27,8 +27,8 @@ def _args(**overrides) -> Namespace:
     return Namespace(**{**values, **overrides})
 
 
-def _config(**overrides) -> PddServerConfig:
-    server_args = SimpleNamespace()
+def _config(kv_events_config: str | None = None, **overrides) -> PddServerConfig:
+    server_args = SimpleNamespace(kv_events_config=kv_events_config)
     server_args_from_cli.hook(server_args, None, _args(**overrides))
     return server_args._pdd
 
@@ -133,3 +133,57 @@ def test_the_wan_fault_file_needs_a_prefill_with_the_emulated_link():
             PddServerConfig(
                 role=role, wan_hosts=("127.0.0.2",) if link else (), wan=link, wan_fault_file="/x"
             )
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "bind", "refused"),
+    [
+        ("tcp://*:5557", None, True),  # SGLang's default: binds every interface
+        ("tcp://0.0.0.0:5557", True, True),
+        ("tcp://10.1.2.3:5557", True, True),
+        ("tcp://127.0.0.1:5557", True, False),
+        ("tcp://localhost:5557", True, False),
+        ("tcp://10.1.2.3:5557", None, False),  # connects to a remote SUB, binds nothing
+        ("ipc:///tmp/kv", None, False),
+    ],
+)
+def test_a_kv_event_publisher_on_a_non_loopback_address_is_refused(endpoint, bind, refused):
+    import json
+
+    from sglang_pdd.config import check_kv_events
+
+    cfg = json.dumps({"publisher": "zmq", "endpoint": endpoint, "bind": bind})
+    if refused:
+        with pytest.raises(ValueError, match="--pdd-kv-events-insecure"):
+            check_kv_events(cfg, insecure=False)
+    else:
+        check_kv_events(cfg, insecure=False)
+    check_kv_events(cfg, insecure=True)  # the operator's explicit choice
+
+
+def test_a_kv_event_replay_endpoint_is_checked_too():
+    import json
+
+    from sglang_pdd.config import check_kv_events
+
+    cfg = {"publisher": "zmq", "endpoint": "tcp://127.0.0.1:1", "bind": True}
+    check_kv_events(json.dumps(cfg), insecure=False)
+    with pytest.raises(ValueError, match="replay_endpoint"):
+        check_kv_events(json.dumps({**cfg, "replay_endpoint": "tcp://*:2"}), insecure=False)
+    check_kv_events(None, insecure=False)
+    check_kv_events(json.dumps({"publisher": "null"}), insecure=False)
+
+
+def test_launch_server_refuses_a_wide_open_kv_event_publisher():
+    """Through the --pdd-* flags' own path (ServerArgs.from_cli_args' hook)."""
+    import json
+
+    wide = json.dumps({"publisher": "zmq", "endpoint": "tcp://*:5557"})
+    with pytest.raises(ValueError, match="binds a non-loopback address"):
+        _config(wide, pdd_role="prefill", disaggregation_mode="prefill")
+    config = _config(
+        wide, pdd_role="prefill", disaggregation_mode="prefill", pdd_kv_events_insecure=True
+    )
+    assert config.kv_events_insecure
+    plain = _config(wide, pdd_role="none", disaggregation_mode="null")
+    assert plain.role == "none"  # a server without a PDD role: SGLang's own choice
