@@ -116,6 +116,11 @@ class RouterConfig:
     max_batch_size: int = option(
         256, "the most prompts one batched /generate may carry (400 above)"
     )
+    max_live_requests: int = option(
+        4096,
+        "the most client requests (each prompt and sample of one counting) in flight at "
+        "once; more are answered 503 at once, as SGLang's full request queue",
+    )
     max_body_mb: float = option(64.0, "the largest request body accepted, in MiB (413 above)")
     api_key: str | None = option(
         None,
@@ -200,7 +205,11 @@ class RouterConfig:
         ):
             if not value > 0:
                 raise ValueError(f"{flag} must be > 0 seconds, got {value}")
-        for flag, value in (("--max-n", self.max_n), ("--max-batch-size", self.max_batch_size)):
+        for flag, value in (
+            ("--max-n", self.max_n),
+            ("--max-batch-size", self.max_batch_size),
+            ("--max-live-requests", self.max_live_requests),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{flag} must be an integer >= 1, got {value!r}")
         if not self.max_body_mb > 0:

@@ -119,6 +119,11 @@ class RouterMetrics:
         self.wan_bytes = Counter(
             "sglang_pdd:wan_bytes", "KV bytes Main-Decode received", registry=r
         )
+        self.refused_at_capacity = Counter(
+            "sglang_pdd:refused_at_capacity",
+            "client requests answered 503 past --max-live-requests",
+            registry=r,
+        )
         r.register(_SiteCollector(mains))
 
     def render(self) -> bytes:

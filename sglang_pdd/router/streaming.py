@@ -35,7 +35,16 @@ async def sse(resp: web.StreamResponse, payload) -> None:
 
 
 def start_runs(state: RouterState, subs: list[SubRequest]) -> list[ClientRun]:
-    """A ``ClientRun`` per sub-request; none is left registered if one cannot start."""
+    """A ``ClientRun`` per sub-request; none is left registered if one cannot start. Past
+    ``--max-live-requests`` in flight, a 503 (as SGLang's full request queue answers)."""
+    limit = state.config.max_live_requests
+    if len(state.live) + len(subs) > limit:
+        why = (
+            f"the router has {len(state.live)} requests in flight and takes at most {limit} "
+            "(--max-live-requests); retry later"
+        )
+        state.metrics.refused_at_capacity.inc()
+        raise UpstreamError(503, {"error": {"message": why, "code": 503}})
     runs: list[ClientRun] = []
     try:
         for sub in subs:
