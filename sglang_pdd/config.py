@@ -8,10 +8,14 @@ of the process it is called in.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from dataclasses import dataclass
 
+from sglang_pdd.options import field_default, option
 from sglang_pdd.transfer.wan_link import WanLinkConfig
+
+FLAG_PREFIX = "--pdd-"  # every field of PddServerConfig is a flag --pdd-<field name>
 
 ROLES = ("none", "prefill", "relay", "main")
 # Main-Decode's control socket binds loopback unless told otherwise: it is closed by default.
@@ -31,40 +35,122 @@ def is_loopback(host: str) -> bool:
 _MODE_FOR_ROLE = {"prefill": "prefill", "relay": "decode", "main": "decode"}
 
 
+def _host_list(value: str) -> tuple[str, ...]:
+    """``--pdd-wan-hosts``: comma-separated, spaces allowed."""
+    return tuple(h.strip() for h in value.split(",") if h.strip())
+
+
 @dataclass(frozen=True)
 class PddServerConfig:
-    """What this SGLang server is in a PDD cluster and how its WAN side behaves."""
+    """What this SGLang server is in a PDD cluster and how its WAN side behaves.
 
-    role: str = "none"
+    Every field is a ``--pdd-*`` flag of ``launch_server`` (``patches/server_args_cli.py`` adds
+    them from this class's metadata): its name, default and help are written here only."""
+
+    role: str = option(
+        "none",
+        "PDD role of this server: prefill (with --disaggregation-mode prefill), relay or main "
+        "(Relay-/Main-Decode, with --disaggregation-mode decode); none: plain SGLang",
+        choices=ROLES,
+    )
     # Hosts (IP addresses as they appear in Mooncake session ids) that are across the WAN.
-    wan_hosts: tuple[str, ...] = ()
-    wan: WanLinkConfig | None = None
-    # Main-Decode only: TCP port of the handoff control socket (ZeroMQ).
-    control_port: int = 0
-    control_host: str = DEFAULT_CONTROL_HOST  # the interface the control socket binds
-    # Main-Decode: bind a non-loopback control host without CURVE keys (said so in the log).
-    control_insecure: bool = False
-    # Let SGLang's KV-event publisher (--kv-events-config) bind a non-loopback address: its
-    # events carry the token ids of every cached prompt, in the clear.
-    kv_events_insecure: bool = False
-    log_transfers: bool = False
-    # Sample every request with SGLang's seeded sampler (a request's sampling_seed, or a random
-    # one), without --enable-deterministic-inference: patches/seeded_sampling.py.
-    seeded_sampling: bool = False
-    # Main-Decode only: a request with no control activity this long (parked with no handoff
-    # or release, or watched and never parked) is ended and forgotten.
-    parked_ttl_s: float = 600.0
-    # Main-Decode only: CURVE keys of the control socket (main_decode/control_auth.py); both
-    # or neither.
-    control_curve_secret: str = ""
-    control_curve_clients: str = ""
+    wan_hosts: tuple[str, ...] = option(
+        (),
+        "Prefill: comma-separated IPs of KV receivers across the WAN (e.g. Main-Decode's "
+        "SGLANG_HOST_IP). Sends to them get their own transfer queues (Relay-Decode's never "
+        "wait behind them) and cross the emulated link below when one is set",
+        type=_host_list,
+        metavar="IPS",
+    )
+    wan_bandwidth_mbps: float | None = option(
+        None, "emulated WAN bandwidth in Mbit/s for KV sent to --pdd-wan-hosts"
+    )
+    wan_delay_ms: float = option(0.0, "emulated one-way WAN delay in milliseconds")
+    wan_jitter_ms: float = option(0.0, "emulated WAN delay jitter (uniform, +/- this many ms)")
     # Prefill only: a file whose content (up, stall, drop) sets the emulated WAN's state for
     # KV writes (transfer/kv_link_faults.py); empty: always up.
-    wan_fault_file: str = ""
+    wan_fault_file: str = option(
+        "",
+        "Prefill, with --pdd-wan-bandwidth-mbps: a file whose content (up, stall, drop) sets "
+        "the emulated WAN's state before each KV write to --pdd-wan-hosts, to rehearse a link "
+        "failure in the middle of a transfer; no file: up",
+    )
+    control_port: int = option(
+        0, "Main-Decode: TCP port of the handoff control socket the router connects to"
+    )
+    control_host: str = option(
+        DEFAULT_CONTROL_HOST,
+        "Main-Decode: address the control socket binds (name the interface the router reaches "
+        "it on; 0.0.0.0: every interface). A non-loopback address needs CURVE keys or "
+        "--pdd-control-insecure",
+    )
+    control_insecure: bool = option(
+        False,
+        "Main-Decode: let the control socket bind a non-loopback --pdd-control-host without "
+        "CURVE keys (logged as a warning at start)",
+    )
+    # SGLang's KV-event publisher's events carry the token ids of every cached prompt.
+    kv_events_insecure: bool = option(
+        False,
+        "let SGLang's KV-event publisher (--kv-events-config) bind a non-loopback address: "
+        "its events carry every cached prompt's token ids, unauthenticated. Without it such a "
+        "config is refused; bind loopback and tunnel across sites instead",
+    )
+    # Main-Decode only: CURVE keys of the control socket (main_decode/control_auth.py); both
+    # or neither.
+    control_curve_secret: str = option(
+        "",
+        "Main-Decode: this server's CURVE key pair (a NAME.key_secret file from sglang-pdd "
+        "control-keys). With --pdd-control-curve-clients, the control socket is encrypted and "
+        "only routers whose public key is in that folder can reach it",
+    )
+    control_curve_clients: str = option(
+        "",
+        "Main-Decode: folder of the public keys (NAME.key files) of the routers allowed on the "
+        "control socket (with --pdd-control-curve-secret)",
+    )
+    # patches/seeded_sampling.py
+    seeded_sampling: bool = option(
+        False,
+        "sample with SGLang's seeded sampler (per-position hash of sampling_seed) on this "
+        "server without --enable-deterministic-inference, so that a seeded request gives the "
+        "same tokens on every instance it passes through; requests without a seed get a "
+        "random one. Give it to every instance of a PDD cluster (and to the router as "
+        "--seeded-sampling)",
+    )
+    parked_ttl_s: float = option(
+        600.0,
+        "Main-Decode: end a relayed request that sees no handoff, release or other control "
+        "message for this long (its KV is cached, as for a release), and forget a watch for a "
+        "request that never arrives as long",
+    )
+    log_transfers: bool = option(
+        False, "log every KV transfer call (destination and bytes) of this server"
+    )
+
+    @property
+    def wan(self) -> WanLinkConfig | None:
+        """The emulated WAN link for KV sent to ``wan_hosts`` (None: a real WAN, no emulation)."""
+        if self.wan_bandwidth_mbps is None:
+            return None
+        return WanLinkConfig(
+            bandwidth_mbps=self.wan_bandwidth_mbps,
+            one_way_delay_ms=self.wan_delay_ms,
+            jitter_ms=self.wan_jitter_ms,
+        )
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"--pdd-role={self.role!r}: accepted values are {', '.join(ROLES)}")
+        if self.wan_bandwidth_mbps is None:
+            for flag, value in (
+                ("--pdd-wan-delay-ms", self.wan_delay_ms),
+                ("--pdd-wan-jitter-ms", self.wan_jitter_ms),
+            ):
+                if value:
+                    raise ValueError(f"{flag} needs --pdd-wan-bandwidth-mbps (the emulated link)")
+        else:
+            _ = self.wan  # WanLinkConfig refuses bad values, naming the flag
         if self.wan is not None and not self.wan_hosts:
             raise ValueError(
                 "--pdd-wan-bandwidth-mbps needs --pdd-wan-hosts (the receivers the emulated link "
@@ -76,7 +162,7 @@ class PddServerConfig:
             raise ValueError("--pdd-control-port is only accepted with --pdd-role main")
         if not self.parked_ttl_s > 0:
             raise ValueError(f"--pdd-parked-ttl-s must be > 0 seconds, got {self.parked_ttl_s}")
-        if self.role != "main" and self.parked_ttl_s != 600.0:
+        if self.role != "main" and self.parked_ttl_s != _default("parked_ttl_s"):
             raise ValueError("--pdd-parked-ttl-s is only accepted with --pdd-role main")
         if self.role != "main" and self.control_host != DEFAULT_CONTROL_HOST:
             raise ValueError("--pdd-control-host is only accepted with --pdd-role main")
@@ -140,6 +226,11 @@ class PddServerConfig:
                 "--pdd-role main needs --disaggregation-decode-enable-radix-cache: Main-Decode "
                 "receives only the KV its decode-side radix cache lacks"
             )
+
+
+def _default(name: str):
+    """A ``PddServerConfig`` field's default (written once, in the field)."""
+    return field_default(next(f for f in dataclasses.fields(PddServerConfig) if f.name == name))
 
 
 def check_kv_events(kv_events_config: str | None, insecure: bool) -> None:

@@ -54,17 +54,20 @@ def option(
     )
 
 
-def _options(cls: type) -> typing.Iterator[tuple[dataclasses.Field, dict, str]]:
-    """(field, its option metadata, its flag) for each field of ``cls`` declared with option()."""
+def _options(
+    cls: type, flag_prefix: str = "--"
+) -> typing.Iterator[tuple[dataclasses.Field, dict, str]]:
+    """(field, its option metadata, its flag) for each field of ``cls`` declared with option();
+    a flag not named explicitly is ``flag_prefix`` and the field's name, ``_`` -> ``-``."""
     for f in dataclasses.fields(cls):
         if _KEY in f.metadata:
             meta = f.metadata[_KEY]
-            yield f, meta, meta["flag"] or "--" + f.name.replace("_", "-")
+            yield f, meta, meta["flag"] or flag_prefix + f.name.replace("_", "-")
 
 
-def flags(cls: type) -> dict[str, str]:
+def flags(cls: type, flag_prefix: str = "--") -> dict[str, str]:
     """Each field of ``cls`` that is a flag -> that flag (to name it in error messages)."""
-    return {f.name: flag for f, _, flag in _options(cls)}
+    return {f.name: flag for f, _, flag in _options(cls, flag_prefix)}
 
 
 def field_default(f: dataclasses.Field) -> Any:
@@ -82,16 +85,20 @@ def _value_type(hint: Any) -> Any:
 
 
 def add_options(
-    parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type, prefix: str = ""
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    cls: type,
+    prefix: str = "",
+    flag_prefix: str = "--",
 ) -> None:
     """Add one argument per option() field of ``cls`` to ``parser`` (or an argument group).
 
     Its value lands in ``args.<prefix><field name>`` (``prefix`` keeps nested configs' fields
-    apart, e.g. ``"handoff."``). The help shows the default unless that is a bool, None, "" or
-    a repeated flag's.
+    apart, e.g. ``"handoff."``); flags not named explicitly start with ``flag_prefix`` (e.g.
+    ``"--pdd-"``). The help shows the default unless that is a bool, None, "", () or a
+    repeated flag's.
     """
     hints = typing.get_type_hints(cls)
-    for f, meta, flag in _options(cls):
+    for f, meta, flag in _options(cls, flag_prefix):
         default = field_default(f)
         kwargs: dict[str, Any] = {"dest": prefix + f.name, "help": meta["help"].replace("%", "%%")}
         if isinstance(default, bool) and not meta["repeat"]:
@@ -104,7 +111,7 @@ def add_options(
             else:
                 kwargs["action"] = meta["action"] or "store"
                 kwargs["default"] = None if default is dataclasses.MISSING else default
-                if kwargs["default"] not in (None, ""):
+                if kwargs["default"] not in (None, "", ()):
                     kwargs["help"] += " (default: %(default)s)"
             kwargs["type"] = meta["type"] or _value_type(hints[f.name])
             kwargs["choices"] = meta["choices"]

@@ -2,29 +2,36 @@
 
 from __future__ import annotations
 
+import argparse
 from argparse import Namespace
 from types import SimpleNamespace
 
 import pytest
 
 from sglang_pdd.config import PddServerConfig, check_main_decode_modes
-from sglang_pdd.patches import server_args_from_cli
+from sglang_pdd.patches import server_args_cli, server_args_from_cli
 from sglang_pdd.transfer.wan_link import WanLinkConfig
 
 
 def _args(**overrides) -> Namespace:
-    values = dict(
-        pdd_role="prefill",
-        pdd_wan_hosts="",
-        pdd_wan_bandwidth_mbps=None,
-        pdd_wan_delay_ms=0.0,
-        pdd_wan_jitter_ms=0.0,
-        pdd_control_port=0,
-        pdd_log_transfers=False,
-        disaggregation_mode="prefill",
-        disaggregation_decode_enable_radix_cache=False,
-    )
-    return Namespace(**{**values, **overrides})
+    """What SGLang's parser, with our flags added by ``patches/server_args_cli.py``, makes of
+    the ``--pdd-*`` flags in ``overrides`` (``pdd_wan_hosts="a,b"`` is ``--pdd-wan-hosts a,b``;
+    True is a bare flag); other keys are SGLang's own flags, set as given."""
+    parser = argparse.ArgumentParser()
+    server_args_cli.hook(None, parser)
+    argv = []
+    sglang = {"disaggregation_mode": "prefill", "disaggregation_decode_enable_radix_cache": False}
+    for key, value in {"pdd_role": "prefill", **overrides}.items():
+        if not key.startswith("pdd_"):
+            sglang[key] = value
+        elif value is True:
+            argv.append("--" + key.replace("_", "-"))
+        else:
+            argv += ["--" + key.replace("_", "-"), str(value)]
+    args = parser.parse_args(argv)
+    for key, value in sglang.items():
+        setattr(args, key, value)
+    return args
 
 
 def _config(kv_events_config: str | None = None, **overrides) -> PddServerConfig:
@@ -124,15 +131,30 @@ def test_parked_ttl_is_a_positive_main_decode_flag():
 
 
 def test_the_wan_fault_file_needs_a_prefill_with_the_emulated_link():
-    from sglang_pdd.transfer.wan_link import WanLinkConfig
-
-    wan = WanLinkConfig(bandwidth_mbps=8.0, one_way_delay_ms=10.0)
-    PddServerConfig(role="prefill", wan_hosts=("127.0.0.2",), wan=wan, wan_fault_file="/x")
-    for role, link in (("prefill", None), ("relay", wan)):
+    wan = {"wan_bandwidth_mbps": 8.0, "wan_delay_ms": 10.0}
+    PddServerConfig(role="prefill", wan_hosts=("127.0.0.2",), wan_fault_file="/x", **wan)
+    for role, link in (("prefill", {}), ("relay", wan)):
         with pytest.raises(ValueError, match="--pdd-wan-fault-file is only accepted with"):
             PddServerConfig(
-                role=role, wan_hosts=("127.0.0.2",) if link else (), wan=link, wan_fault_file="/x"
+                role=role, wan_hosts=("127.0.0.2",) if link else (), wan_fault_file="/x", **link
             )
+
+
+def test_every_flag_is_a_field_with_its_default_written_once():
+    """The parser's defaults are the dataclass's own: a config built from no flags equals
+    ``PddServerConfig()``, and every field is a --pdd-* flag with help."""
+    import dataclasses
+
+    from sglang_pdd.options import flags
+
+    plain = _config(pdd_role="none", disaggregation_mode="null")
+    assert plain == PddServerConfig()
+    names = flags(PddServerConfig, "--pdd-")
+    assert set(names) == {f.name for f in dataclasses.fields(PddServerConfig)}
+    parser = argparse.ArgumentParser()
+    server_args_cli.hook(None, parser)
+    helps = {a.option_strings[0]: a.help for a in parser._actions if a.option_strings}
+    assert all(helps[flag] for flag in names.values()), helps
 
 
 @pytest.mark.parametrize(
