@@ -20,6 +20,14 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "sglang_pdd.main_decode.control_auth:main",
         "write CURVE key pairs for the Main-Decode control socket",
     ),
+    "launch": (
+        "sglang_pdd.topology.launch:main",
+        "start (or --print) one site's instances from a topology file",
+    ),
+    "render": (
+        "sglang_pdd.topology.k8s:main",
+        "render Kubernetes manifests for both sites from a topology file",
+    ),
     "hooks": ("sglang_pdd.patches:print_record", "print every hook sglang-pdd puts into SGLang"),
     "sim": ("sglang_pdd.sim.cli:sim_main", "simulate one cluster configuration on a trace"),
     "plan": ("sglang_pdd.sim.cli:plan_main", "search chip counts and link capacity for BCR"),

@@ -35,6 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
         "cache then follows MD's radix tree; without it, the view holds what MD "
         "confirmed it received",
     )
+    p.add_argument(
+        "--topology",
+        metavar="FILE",
+        help="a topology file (docs/deploy.md): its instances, WAN and router options set the "
+        "flags above (the flags after it on the command line win); --prefill, --relay and "
+        "--main* then come from the file only",
+    )
     add_options(p, RouterConfig)
     p.add_argument("--log-level", default="info", help="logging level (default: %(default)s)")
     add_options(p.add_argument_group("pipeline policy"), PipelinePolicyConfig, "pipeline.")
@@ -88,8 +95,13 @@ def main(argv: list[str]) -> int:
 
     from sglang_pdd.router.app import build_app
     from sglang_pdd.router.state import RouterState
+    from sglang_pdd.topology.router_args import expand_topology
 
     parser = build_parser()
+    try:
+        argv = expand_topology(argv)
+    except ValueError as exc:
+        parser.error(str(exc))
     args = parser.parse_args(argv)
     try:
         config = config_from_args(args)
