@@ -28,6 +28,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "sglang_pdd.topology.k8s:main",
         "render Kubernetes manifests for both sites from a topology file",
     ),
+    "dashboard": (
+        "sglang_pdd.router.dashboard:main",
+        "print the router's Grafana dashboard (JSON)",
+    ),
     "hooks": ("sglang_pdd.patches:print_record", "print every hook sglang-pdd puts into SGLang"),
     "sim": ("sglang_pdd.sim.cli:sim_main", "simulate one cluster configuration on a trace"),
     "plan": ("sglang_pdd.sim.cli:plan_main", "search chip counts and link capacity for BCR"),

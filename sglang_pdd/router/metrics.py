@@ -73,10 +73,33 @@ class _SiteCollector:
         yield from (queued, inflight, throughput, error, warms, dup, waits)
 
 
-class RouterMetrics:
-    """The router's metrics in their own registry (no process-global state)."""
+class _InstanceCollector:
+    """Each instance and whether it is in rotation (1) or not (0: failed, draining, stopping),
+    read at scrape time."""
 
-    def __init__(self, mains: dict) -> None:
+    def __init__(self, roles: dict[str, str], out_of_rotation) -> None:
+        self._roles = roles  # url -> "prefill" | "relay" | "main"
+        self._out = out_of_rotation
+
+    def collect(self):
+        up = GaugeMetricFamily(
+            "sglang_pdd:instance_in_rotation",
+            "1 while the router sends the instance new requests, 0 while it is out of rotation",
+            labels=["instance", "role"],
+        )
+        out = self._out()
+        for url, role in self._roles.items():
+            up.add_metric([url, role], 0 if url in out else 1)
+        yield up
+
+
+class RouterMetrics:
+    """The router's metrics in their own registry (no process-global state).
+
+    ``roles``/``out_of_rotation``: every instance's role and the health view's set of those out
+    of rotation (none given: no instance gauge)."""
+
+    def __init__(self, mains: dict, roles: dict[str, str] | None = None, out_of_rotation=None):
         disable_created_metrics()  # SGLang's exporters leave out the *_created series too
         self.registry = CollectorRegistry()
         r = self.registry
@@ -119,12 +142,37 @@ class RouterMetrics:
         self.wan_bytes = Counter(
             "sglang_pdd:wan_bytes", "KV bytes Main-Decode received", registry=r
         )
+        self.e2e = Histogram(
+            "sglang_pdd:e2e_request_latency_seconds",
+            "arrival to the last id at the router",
+            buckets=_LATENCY_BUCKETS + (60, 120, 300),
+            registry=r,
+        )
+        self.handoff_gap = Histogram(
+            "sglang_pdd:handoff_gap_seconds",
+            "the client-visible gap at each final handoff",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.failed = Counter(
+            "sglang_pdd:requests_failed",
+            "client requests that ended with an error, by HTTP status",
+            ["status"],
+            registry=r,
+        )
+        self.migrations = Counter(
+            "sglang_pdd:migrations",
+            "requests continued on other instances after one failed",
+            registry=r,
+        )
         self.refused_at_capacity = Counter(
             "sglang_pdd:refused_at_capacity",
             "client requests answered 503 past --max-live-requests",
             registry=r,
         )
         r.register(_SiteCollector(mains))
+        if roles is not None:
+            r.register(_InstanceCollector(roles, out_of_rotation or frozenset))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -80,6 +80,10 @@ class ClientRun:
                         metrics.wan_bytes.inc(record.wan_bytes)
                     if record.handoff_stall_s is not None:
                         metrics.handoff_stall.observe(record.handoff_stall_s)
+                    for gap in record.handoff_gaps_s:
+                        metrics.handoff_gap.observe(gap)
+                    if record.e2e_s is not None:
+                        metrics.e2e.observe(record.e2e_s)
                     self.finished = event
                     self.tail = self.text.finish(event.finish_reason)
                     logger.info(
@@ -89,6 +93,9 @@ class ClientRun:
                     self._unlist()
                 yield event
             completed = True
+        except UpstreamError as exc:
+            metrics.failed.labels(str(exc.status)).inc()
+            raise
         finally:
             self._unlist()
             # The clean-up runs as its own task: a client that leaves cancels this handler
@@ -167,6 +174,7 @@ class ClientRun:
             len(self.migrations),
         )
         self.state.metrics.requests.labels(decision.pipeline, "migration").inc()
+        self.state.metrics.migrations.inc()
         await old.abort_everywhere()
         await old.close()
         run = PddRequestRun(self.state, body, self.rid, decision, instances, main_plan)

@@ -65,7 +65,10 @@ class RouterState:
         self.handoff_gap_estimate_s = config.wan_rtt_ms / 1000 if prior is None else prior
         from sglang_pdd.router.metrics import RouterMetrics
 
-        self.metrics = RouterMetrics(self.mains)
+        self.health = InstanceHealth()
+        roles = {u: "prefill" for u in config.prefill} | {u: "relay" for u in config.relay}
+        roles |= {m.url: "main" for m in config.main}
+        self.metrics = RouterMetrics(self.mains, roles, self.health.out_of_rotation)
         self.session: aiohttp.ClientSession | None = None
         self.bootstrap: dict[str, tuple[str, int]] = {}
         self.model_info: dict = {}
@@ -76,7 +79,6 @@ class RouterState:
         # Relay-Decode's live load per URL, polled from SGLang's /v1/loads.
         self.relay_loads: dict[str, float] = {}
         self._load_poller: asyncio.Task | None = None
-        self.health = InstanceHealth()
         self._health_probe: asyncio.Task | None = None
         self._ready_watch: asyncio.Task | None = None
         self.background: set = set()  # sub-requests outliving their client request
