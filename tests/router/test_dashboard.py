@@ -38,7 +38,7 @@ def test_every_panel_queries_series_the_router_exports():
     for panel in panels:
         assert panel["targets"], panel["title"]
         for target in panel["targets"]:
-            names = set(re.findall(r"sglang_pdd:[a-z_]+", target["expr"]))
+            names = set(re.findall(r"sglang_pdd:[a-z0-9_]+", target["expr"]))
             assert names and names <= exported, (panel["title"], names - exported)
 
 
