@@ -22,10 +22,12 @@ setup(
         "msgspec",
         "simpy",
         "pyyaml",
+        "orjson",
+        "uvloop",
     ],
     extras_require={
         "cpu": ["mooncake-transfer-engine-non-cuda"],
-        "test": ["pytest", "pytest-timeout", "hypothesis", "ruff"],
+        "test": ["pytest", "pytest-timeout", "hypothesis", "ruff", "kubernetes-validate"],
         "plot": ["matplotlib"],
     },
     entry_points={

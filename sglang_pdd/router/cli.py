@@ -111,11 +111,19 @@ def main(argv: list[str]) -> int:
     # handler_cancellation: a client that leaves a non-streamed request cancels its handler,
     # whose clean-up then aborts the request on every instance (as a closed stream does).
     log = logging.getLogger("sglang_pdd.router")
+    # uvloop, as SGLang's own server: the router's per-chunk work is event-loop bound.
+    import asyncio
+
+    import uvloop
+
+    loop = uvloop.new_event_loop()
+    asyncio.set_event_loop(loop)
     web.run_app(
         build_app(RouterState(config)),
         host=config.host,
         port=config.port,
         handler_cancellation=True,
+        loop=loop,
         print=lambda *_: log.info("sglang-pdd router on http://%s:%d", config.host, config.port),
     )
     return 0

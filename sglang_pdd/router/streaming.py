@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import json
 
+import orjson
 from aiohttp import web
 
 from sglang_pdd.router.fanout import SubRequest
@@ -29,9 +29,19 @@ async def json_body(request: web.Request) -> dict:
     return decode_body(raw)
 
 
+# SGLang's own options for the JSON it streams (sglang.srt.utils.json_response).
+_ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+
+
 async def sse(resp: web.StreamResponse, payload) -> None:
-    data = payload if isinstance(payload, str) else json.dumps(payload)
-    await resp.write(f"data: {data}\n\n".encode())
+    """One server-sent event: ``payload`` as JSON (orjson, as SGLang streams), or a string
+    (``[DONE]``) as is. Runs for every chunk of every stream."""
+    data = (
+        payload.encode()
+        if isinstance(payload, str)
+        else orjson.dumps(payload, option=_ORJSON_OPTIONS)
+    )
+    await resp.write(b"data: " + data + b"\n\n")
 
 
 def start_runs(state: RouterState, subs: list[SubRequest]) -> list[ClientRun]:

@@ -6,6 +6,7 @@ import json
 import logging
 
 import aiohttp
+import orjson
 
 logger = logging.getLogger("sglang_pdd.router")
 
@@ -80,7 +81,7 @@ async def stream_sse(
             data = line[5:].strip()
             if data == b"[DONE]":
                 return
-            chunk = json.loads(data)
+            chunk = orjson.loads(data)  # every chunk of every stream: the fast parser
             if isinstance(chunk, dict) and "error" in chunk and "output_ids" not in chunk:
                 raise UpstreamError(
                     chunk["error"].get("code", 500) if isinstance(chunk["error"], dict) else 500,

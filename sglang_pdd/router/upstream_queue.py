@@ -18,50 +18,47 @@ async def pump(stream, queue: asyncio.Queue, url: str, idle_limit, poll_s: float
     ``queue.error``), then the end mark.
 
     ``idle_limit()``: how long the stream may stay silent now (None: no limit); checked every
-    ``poll_s``, so that a limit set later (at the handoff) applies to a wait already running,
-    counted from when it first applied."""
-    it = aiter(stream)
-    try:
+    ``poll_s`` by one watchdog per stream (not a task and a timer per chunk: this runs for
+    every streamed chunk), so that a limit set later (at the handoff) applies to a wait already
+    running, counted from when it first applied."""
+    reader = asyncio.current_task()
+    silent_since = time.monotonic()
+    fired: list[float] = []  # the limit the watchdog ended the stream at
+
+    async def watchdog() -> None:
+        nonlocal silent_since
         while True:
-            step = asyncio.ensure_future(anext(it))
+            await asyncio.sleep(poll_s)
+            limit = idle_limit()
+            if limit is None:  # the clock starts when a limit first applies
+                silent_since = time.monotonic()
+            elif time.monotonic() - silent_since > limit:
+                fired.append(limit)
+                reader.cancel()
+                return
+
+    guard = asyncio.get_running_loop().create_task(watchdog())
+    try:
+        async for chunk in stream:
             silent_since = time.monotonic()
-            try:
-                while not step.done():
-                    await asyncio.wait({step}, timeout=poll_s)
-                    limit = idle_limit()
-                    if limit is None:  # the clock starts when a limit first applies
-                        silent_since = time.monotonic()
-                    elif not step.done() and time.monotonic() - silent_since > limit:
-                        raise UpstreamError(
-                            504,
-                            {
-                                "error": {
-                                    "message": (
-                                        f"{url} sent nothing for {limit:g} s "
-                                        "(--upstream-idle-timeout-s)"
-                                    ),
-                                    "code": 504,
-                                }
-                            },
-                            url,
-                        )
-            finally:
-                if not step.done():
-                    step.cancel()
-                step.add_done_callback(_retrieve)  # an end nobody awaits is not an error
-            try:
-                queue.put_nowait(step.result())
-            except StopAsyncIteration:
-                break
+            queue.put_nowait(chunk)
+    except asyncio.CancelledError:
+        if not fired:
+            raise  # cancelled by its owner, not by the watchdog
+        reader.uncancel()
+        queue.error = _silent_error(url, fired[0])
+        queue.put_nowait(queue.error)
     except Exception as exc:  # noqa: BLE001 - handed to the consumer, which raises it
         queue.error = _as_upstream_error(exc, url)  # for whoever looks after the stream ended
         queue.put_nowait(queue.error)
+    finally:
+        guard.cancel()
     queue.put_nowait(END)
 
 
-def _retrieve(future: asyncio.Future) -> None:
-    if not future.cancelled():
-        future.exception()
+def _silent_error(url: str, limit: float) -> UpstreamError:
+    message = f"{url} sent nothing for {limit:g} s (--upstream-idle-timeout-s)"
+    return UpstreamError(504, {"error": {"message": message, "code": 504}}, url)
 
 
 def _as_upstream_error(exc: Exception, url: str) -> Exception:

@@ -54,3 +54,35 @@ def test_a_limit_set_late_counts_silence_from_when_it_applies():
     assert isinstance(error, UpstreamError) and error.status == 504
     assert "--upstream-idle-timeout-s" in str(error.body)
     assert waited >= 0.2 - 0.01 and end is END  # counted from the check before it applied
+
+
+def test_a_pump_cancelled_by_its_owner_stays_cancelled():
+    """Cancelling the pump (the request ended) is not a silent instance: nothing is queued."""
+
+    async def run():
+        queue = asyncio.Queue()
+        task = asyncio.create_task(pump(_silent(), queue, "http://x", lambda: 5.0, poll_s=0.01))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            return queue.empty(), task.cancelled()
+        return None
+
+    assert asyncio.run(run()) == (True, True)
+
+
+def test_a_failing_stream_is_queued_as_its_error_then_the_end():
+    async def broken():
+        yield {"i": 0}
+        raise ConnectionResetError("peer gone")
+
+    async def run():
+        queue = asyncio.Queue()
+        await pump(broken(), queue, "http://x", lambda: None, poll_s=0.01)
+        return [queue.get_nowait() for _ in range(3)], queue
+
+    (first, error, end), queue = asyncio.run(run())
+    assert first == {"i": 0} and end is END
+    assert isinstance(error, ConnectionResetError) and queue.error is error
