@@ -11,6 +11,10 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import yaml
 
 from sglang_pdd.testbed.launcher import ServerGroup, ServerProcess, ServerSpec
 from sglang_pdd.testbed.ports import free_port
@@ -369,16 +373,21 @@ def start_router(
         )
     opts.update(overrides)
     port = free_port()
+    # The instances, the WAN and the listen address come from a topology file, as in a real
+    # deployment (so every e2e test runs the file format); the other flags follow it.
+    topology = write_topology(
+        group.log_dir / f"{name}-topology.yaml",
+        cluster,
+        relays or [relay_url or cluster.relay.url],
+        mains or cluster.mains,
+        port,
+    )
     router = group.launch_command(
         name,
         _cli(
             "router",
-            "--prefill",
-            cluster.prefill.url,
-            *(f for url in (relays or [relay_url or cluster.relay.url]) for f in ("--relay", url)),
-            *_main_flags(mains or cluster.mains),
-            "--port",
-            str(port),
+            "--topology",
+            str(topology),
             "--handoff-mode",
             opts["handoff_mode"],
             "--handoff-switch",
@@ -422,10 +431,6 @@ def start_router(
                 if opts["control_curve"]
                 else ()
             ),
-            "--wan-bandwidth-mbps",
-            str(cfg.wan.bandwidth_mbps),
-            "--wan-rtt-ms",
-            str(2 * cfg.wan.one_way_delay_ms),
         ),
         port,
     )
@@ -435,10 +440,44 @@ def start_router(
     return router
 
 
-def _main_flags(sites: list[MainDecodeSite]) -> list[str]:
-    flags = []
-    for site in sites:
-        flags += ["--main", site.http_via_wan, "--main-control", site.control_via_wan]
+def write_topology(
+    path: Path, cluster: PddCluster, relay_urls: list[str], mains: list[MainDecodeSite], port: int
+) -> Path:
+    """A topology file (``sglang_pdd/topology/schema.py``) for a router on ``cluster``: P and
+    the Relay-Decodes at ``relay_urls`` in datacenter A, ``mains`` in B, each reached as the
+    router reaches it (through the emulated WAN, a gate), checked as a router would check it."""
+    from sglang_pdd.topology.schema import parse_topology
+
+    def where(url: str) -> dict:
+        parts = urlsplit(url)
+        return {"host": parts.hostname, "port": parts.port, "url": url}
+
+    cfg = cluster.config
+    site_a = [{"name": "prefill", "role": "prefill", **where(cluster.prefill.url)}]
+    site_a += [
+        {"name": f"relay-{i}", "role": "relay", **where(url)} for i, url in enumerate(relay_urls)
+    ]
+    site_b = []
+    for i, site in enumerate(mains):
+        main = {
+            "name": f"main-{i}",
+            "role": "main",
+            "host": DATACENTER_B_HOST,
+            "port": site.server.port,
+            "url": site.http_via_wan,
+            "control_port": urlsplit(site.control_via_wan).port,
+            "control_url": site.control_via_wan,
+        }
         if site.kv_events_via_wan:
-            flags += ["--main-kv-events", site.kv_events_via_wan]
-    return flags
+            main["kv_events_port"] = urlsplit(site.kv_events_via_wan).port
+            main["kv_events_url"] = site.kv_events_via_wan
+        site_b.append(main)
+    doc = {
+        "model_path": cfg.model_path,
+        "wan": {"bandwidth_mbps": cfg.wan.bandwidth_mbps, "rtt_ms": 2 * cfg.wan.one_way_delay_ms},
+        "router": {"site": "A", "host": "127.0.0.1", "port": port},
+        "sites": {"A": {"instances": site_a}, "B": {"instances": site_b}},
+    }
+    parse_topology(doc)  # a mistake here is the testbed's, named before any router starts
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
