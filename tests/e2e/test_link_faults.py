@@ -141,3 +141,63 @@ def test_main_decode_http_link_stalled_then_reset_the_request_continues(
     assert len(pdd["migrations"]) == 1 and pdd_cluster.main_via_wan in pdd["migrations"][0], pdd
     wait_router_settled(link_router.url)
     wait_all_in_rotation(link_router.url)  # MD itself is healthy: the probe puts it back
+
+
+@pytest.fixture(scope="module")
+def partition_router(server_group, pdd_cluster, held_links):
+    """A router that ends a decoding stream silent for 3 s and migrates the request."""
+    from sglang_pdd.testbed.cluster import start_router
+
+    router = start_router(
+        server_group,
+        pdd_cluster,
+        name="router-partition",
+        relay_url=held_links.relay.url,
+        tail_on_relay=False,
+        handoff_switch="hold",
+        upstream_idle_timeout_s=3.0,
+    )
+    yield router
+    server_group.stop_named(router.name)
+
+
+def test_main_decode_partitioned_mid_stream_the_request_ends_on_relay_decode(
+    partition_router, pdd_cluster, server_group, colocated, held_links
+):
+    """MD's HTTP and control links stall (a partition: nothing delivered, nothing refused)
+    while MD streams a greedy answer. The router's idle limit ends MD's stream, the abort to
+    the unreachable MD gives up after its deadline, and the request continues on RLD from the
+    ids the client has: the whole answer arrives, identical, while the partition lasts."""
+    links = [s for s in server_group.servers if s.name in ("wan-http", "wan-control")]
+    assert len(links) == 2
+    body = _greedy(63, 400, 3000)
+    expected = _reference(colocated, body)
+    held_links.relay.arm(30)  # MD takes the request over after 30 ids
+
+    def partition():
+        held_links.relay.release()  # RLD will serve the migrated request
+        for link in links:
+            link.link("stall")
+
+    try:
+        result = generate_acting_at(
+            partition_router.url,
+            body,
+            stream=True,
+            when=lambda r: r["main_tokens"] >= 20,
+            what="Main-Decode's first tokens",
+            act=partition,
+        )
+        still_partitioned = [link.link("state") for link in links]
+    finally:
+        for link in links:
+            link.link("restore")
+        held_links.release()
+    assert result.status == 200, result.body
+    assert result.output_ids == expected
+    assert all(s["state"] == "stalled" for s in still_partitioned), still_partitioned
+    pdd = result.body["meta_info"]["pdd"]
+    assert len(pdd["migrations"]) == 1 and "sent nothing for 3 s" in pdd["migrations"][0], pdd
+    assert pdd["pipeline"] == "P-RLD" and pdd["finished_on"] == "relay", pdd
+    wait_router_settled(partition_router.url)
+    wait_all_in_rotation(partition_router.url)
