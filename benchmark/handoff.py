@@ -222,9 +222,10 @@ def run_cluster(args) -> list[Case]:
 def measure(
     router, gate, control, mode, load, context, handed, repeats, kv_per_token, kv_send
 ) -> Case:
-    from sglang_pdd.main_decode import protocol
     from sglang_pdd.testbed.client import generate
     from sglang_pdd.testbed.held_links import EndedEarly, wait_for_record
+    from sglang_pdd.wire.codec import encode
+    from sglang_pdd.wire.messages import Handoff
 
     # A fresh prompt per case and mode (no case finds another's KV cached) and unique rids.
     rng = random.Random(f"{mode}/{load}/{context}/{handed}")
@@ -291,7 +292,7 @@ def measure(
         handed,
         stalls,
         actual,
-        len(protocol.handoff("r" * 40, ids, True)),
+        len(encode(Handoff(rid="r" * 40, token_ids=ids, final=True))),
         kv_bytes,
         kv_send.seconds(kv_bytes),
     )
