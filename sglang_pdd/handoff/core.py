@@ -13,8 +13,10 @@ own. The rules, each enforced here:
   - ``overlap`` (deterministic requests only: greedy, or seeded where every instance runs the
     seeded sampler): RLD keeps streaming after the final handoff; MD's ids are checked against
     RLD's over the overlap, and the client switches to MD once MD's stream is ahead of what it
-    has (no gap). MD's ids disagreeing with RLD's abandon MD (aborted; RLD finishes); RLD
-    finishing first aborts MD's copy.
+    has (no gap), or, if MD has not caught up one handoff gap (``Tick.handoff_gap_s``) after
+    its first ids came, then (the gap left is then no larger than holding would have cost, and
+    RLD is not kept busy for good by an MD no faster than it). MD's ids disagreeing with RLD's
+    abandon MD (aborted; RLD finishes); RLD finishing first aborts MD's copy.
 * What to send MD and when is ``steps.RelayedHandoff``'s: nothing before MD's KV is ready, one
   Catch-Up chunk in flight at a time, a deferred final handoff made again ``retry_s`` later.
 * RLD finishing first (no final handoff pending) ends the request on RLD.
@@ -73,6 +75,8 @@ class HandoffCore:
         self.relay_error: Exception | None = None  # RLD failed; MD took over for it
         self.ended = False  # finished on RLD, taken by MD, or failed: nothing more happens
         self._held: list[RelayChunk | RelayEnded] = []  # read while a final handoff pends
+        self._main_latest: dict | None = None  # overlap: MD's newest chunk, behind the client
+        self._switch_by: float | None = None  # overlap: switch then even if MD is behind
 
     # -- what the loop reads ----------------------------------------------------------------
     @property
@@ -183,6 +187,13 @@ class HandoffCore:
         return actions
 
     def _tick(self, tick: Tick) -> list[Action]:
+        if self.switching and self._main_latest is not None:
+            if self._switch_by is None:
+                self._switch_by = tick.now + (tick.handoff_gap_s or 0.0)
+            if tick.now >= self._switch_by:  # MD did not catch up: switch, MD streams on
+                self.ended = True
+                return [FollowMain(list(self.relay_ids), [self._main_latest], 0)]
+            return []
         if (reason := self._finishes_sooner_on_relay(tick)) is not None:
             self.steps.main_refused()  # nothing goes to MD; RLD finishes, MD is released
             return [KeepOnRelay(reason)]
@@ -236,6 +247,8 @@ class HandoffCore:
         if len(ids) > len(have):
             self.ended = True
             actions.append(FollowMain(list(have), [chunk], 0))
+        else:
+            self._main_latest = chunk
         return actions
 
     def _taken(self) -> list[Action]:

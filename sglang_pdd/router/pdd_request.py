@@ -169,9 +169,12 @@ class PddRequestRun(RelayedPipeline):
                     rec.handoff_stall_s = now - self._last_relay_s
                     if rec.handoff_s is not None:
                         rec.handoff_to_main_s = now - rec.handoff_s
-                        # What the handoff cost the client: overlapped, only the switch's gap.
-                        overlap = rec.handoff_switch == "overlap"
-                        cost = rec.handoff_stall_s if overlap else rec.handoff_to_main_s
+                        # What a handoff takes before MD answers (an RTT, the extend, one
+                        # step): overlapped, until MD's first chunk (the client may have
+                        # switched later); this also sets how long an overlap may wait.
+                        cost = rec.handoff_to_main_s
+                        if rec.handoff_switch == "overlap" and rec.main_answer_s is not None:
+                            cost = rec.main_answer_s - rec.handoff_s
                         self.router.note_handoff_gap(cost)
             rec.main_tokens += len(token_ids)
         rec.e2e_s = now

@@ -267,6 +267,8 @@ class RelayedPipeline:
                 value = UpstreamError(502, message, self.relay_url)
             return RelayEnded(value, self._prefill_failure(prefill1))
         if kind == "main":
+            if self.record.main_answer_s is None:
+                self.record.main_answer_s = self._since()
             return MainChunk(value)
         meta = value["meta_info"]
         return RelayChunk(value["output_ids"], meta, meta.get("finish_reason"))

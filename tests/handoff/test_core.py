@@ -283,7 +283,28 @@ OVERLAP_MAIN_FAILS_AFTER_TAKING_IT = [
     (relay(3, STOP), [emit(3, 2), FinishOnRelay(STOP)]),
 ]
 
+
+def gap_tick(now: float, gap: float = 0.3) -> Tick:
+    return Tick(now, 0.0, None, gap)
+
+
+OVERLAP_MD_BEHIND = [
+    (READY, [NoteReady(READY)]),
+    (relay(3), [emit(3)]),
+    (gap_tick(0.0), [final(3)]),
+    (relay(6), [emit(6, 3)]),
+    (gap_tick(0.1), []),  # MD has sent nothing yet: no clock
+    (md(4), []),  # MD's first ids: behind the client
+    (gap_tick(0.2), []),  # its clock starts: switch by 0.5 at the latest
+    (relay(8), [emit(8, 6)]),
+    (md(5), []),
+    (gap_tick(0.49), []),
+    (gap_tick(0.5), [FollowMain(ids(8), [{"output_ids": ids(5)}], 0)]),  # MD streams on
+    (relay(9), []),
+]
+
 OVERLAP_CASES = {
+    "overlap: MD behind, switched after one handoff gap": OVERLAP_MD_BEHIND,
     "overlap": OVERLAP,
     "overlap answered by MD's stream": OVERLAP_ANSWERED_BY_MAINS_STREAM,
     "overlap: MD disagrees": OVERLAP_DISAGREES,
