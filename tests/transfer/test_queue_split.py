@@ -53,7 +53,11 @@ def _queue_of(sender, room: int, send) -> str:
 def wan_prefill():
     previous = pdd_config.current()
     pdd_config.set_current(
-        pdd_config.PddServerConfig(role="prefill", wan_hosts=("127.0.0.2",), wan=WanLinkConfig())
+        pdd_config.PddServerConfig(
+            role="prefill",
+            wan_hosts=("127.0.0.2",),
+            wan_bandwidth_mbps=WanLinkConfig().bandwidth_mbps,
+        )
     )
     yield
     pdd_config.set_current(previous)
