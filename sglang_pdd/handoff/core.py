@@ -13,10 +13,11 @@ own. The rules, each enforced here:
   - ``overlap`` (deterministic requests only: greedy, or seeded where every instance runs the
     seeded sampler): RLD keeps streaming after the final handoff; MD's ids are checked against
     RLD's over the overlap, and the client switches to MD once MD's stream is ahead of what it
-    has (no gap), or, if MD has not caught up one handoff gap (``Tick.handoff_gap_s``) after
-    its first ids came, then (the gap left is then no larger than holding would have cost, and
-    RLD is not kept busy for good by an MD no faster than it). MD's ids disagreeing with RLD's
-    abandon MD (aborted; RLD finishes); RLD finishing first aborts MD's copy.
+    has (no gap). If MD has not caught up one handoff gap (``Tick.handoff_gap_s``) after its
+    first ids came, RLD's newer ids are held from then (the gap left is no larger than holding
+    would have cost, and an MD no faster than RLD does not leave RLD serving for good) until
+    MD is ahead. MD's ids disagreeing with RLD's abandon MD (aborted; the held ids go out, RLD
+    finishes); RLD finishing first aborts MD's copy.
 * What to send MD and when is ``steps.RelayedHandoff``'s: nothing before MD's KV is ready, one
   Catch-Up chunk in flight at a time, a deferred final handoff made again ``retry_s`` later.
 * RLD finishing first (no final handoff pending) ends the request on RLD.
@@ -75,8 +76,9 @@ class HandoffCore:
         self.relay_error: Exception | None = None  # RLD failed; MD took over for it
         self.ended = False  # finished on RLD, taken by MD, or failed: nothing more happens
         self._held: list[RelayChunk | RelayEnded] = []  # read while a final handoff pends
-        self._main_latest: dict | None = None  # overlap: MD's newest chunk, behind the client
-        self._switch_by: float | None = None  # overlap: switch then even if MD is behind
+        self._main_seen = False  # overlap: MD's stream has answered the final handoff
+        self._hold_by: float | None = None  # overlap: hold RLD's ids from then if MD is behind
+        self._holding = False  # overlap: RLD's ids held until MD is ahead of the client
 
     # -- what the loop reads ----------------------------------------------------------------
     @property
@@ -105,8 +107,10 @@ class HandoffCore:
         if self.ended:
             return []
         if isinstance(signal, (RelayChunk, RelayEnded)):
-            # Overlap holds only RLD's failure: MD's answer decides who serves on.
-            if self.steps.final_pending and not (self.overlap and isinstance(signal, RelayChunk)):
+            # Overlap holds only RLD's failure (MD's answer decides who serves on), and RLD's
+            # ids once MD has had one handoff gap to catch up.
+            overlap_chunk = self.overlap and isinstance(signal, RelayChunk) and not self._holding
+            if (self.steps.final_pending or self._holding) and not overlap_chunk:
                 self._held.append(signal)
                 return []
             return self._relay(signal)
@@ -187,12 +191,11 @@ class HandoffCore:
         return actions
 
     def _tick(self, tick: Tick) -> list[Action]:
-        if self.switching and self._main_latest is not None:
-            if self._switch_by is None:
-                self._switch_by = tick.now + (tick.handoff_gap_s or 0.0)
-            if tick.now >= self._switch_by:  # MD did not catch up: switch, MD streams on
-                self.ended = True
-                return [FollowMain(list(self.relay_ids), [self._main_latest], 0)]
+        if self.switching and self._main_seen:
+            if self._hold_by is None:
+                self._hold_by = tick.now + (tick.handoff_gap_s or 0.0)
+            if tick.now >= self._hold_by:  # MD has not caught up: the client waits for it
+                self._holding = True
             return []
         if (reason := self._finishes_sooner_on_relay(tick)) is not None:
             self.steps.main_refused()  # nothing goes to MD; RLD finishes, MD is released
@@ -236,37 +239,37 @@ class HandoffCore:
             actions += self._release_held()
         if not self.switching:
             return actions
+        self._main_seen = True
         ids, have = chunk["output_ids"], self.relay_ids
         n = min(len(ids), len(have))
         if ids[:n] != have[:n]:
             at = next(i for i in range(n) if ids[i] != have[i])
             self.steps.main_refused()
-            return actions + [
-                AbandonMain(f"MD's id {at} ({ids[at]}) differs from RLD's ({have[at]})")
-            ]
+            self._holding = False
+            why = f"MD's id {at} ({ids[at]}) differs from RLD's ({have[at]})"
+            return actions + [AbandonMain(why)] + self._release_held()
         if len(ids) > len(have):
-            self.ended = True
-            actions.append(FollowMain(list(have), [chunk], 0))
-        else:
-            self._main_latest = chunk
+            return actions + self._taken(early=[chunk])
         return actions
 
-    def _taken(self) -> list[Action]:
+    def _taken(self, early: list[dict] | None = None) -> list[Action]:
         self.ended = True
         newest = max(
             (len(h.output_ids) for h in self._held if isinstance(h, RelayChunk)), default=0
         )
         dropped = max(newest - len(self.relay_ids), 0)
         self._held.clear()
-        return [FollowMain(list(self.relay_ids), list(self.early_main), dropped)]
+        chunks = list(self.early_main) if early is None else early
+        return [FollowMain(list(self.relay_ids), chunks, dropped)]
 
     def _stay_on_relay(self, reason: str) -> list[Action]:
         if self.relay_error is not None:
             return self._fail(self.relay_error)
         running = self.switching  # overlap: MD took the handoff, then failed or erred
         self.steps.main_refused()
+        self._holding = False
         if running:
-            return [AbandonMain(reason)]
+            return [AbandonMain(reason)] + self._release_held()
         return [StayOnRelay(reason)] + self._release_held()
 
     def _release_held(self) -> list[Action]:

@@ -377,7 +377,8 @@ class PddRequestRun(RelayedPipeline):
             if isinstance(chunk, Exception):
                 raise chunk
             ids = chunk["output_ids"]
-            if expected_prefix and ids[: len(expected_prefix)] != list(expected_prefix):
+            n = min(len(ids), len(expected_prefix))  # what of the prefix this chunk covers
+            if expected_prefix and ids[:n] != list(expected_prefix[:n]):
                 raise UpstreamError(
                     500, {"error": {"message": "Main-Decode diverged from the handed-off tokens"}}
                 )

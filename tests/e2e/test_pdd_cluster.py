@@ -72,9 +72,9 @@ def _assert_accounted(record: dict, client_e2e_s: float) -> None:
             # never sent.
             assert len(record["handoff_gaps_s"]) == 1 + record["handoff_deferrals"], record
             assert record["relay_ids_dropped"] >= 0, record
-        else:  # overlap: RLD streamed on; one gap, at the switch; nothing held
+        else:  # overlap: RLD streamed on; one gap, at the switch (ids held only if MD lagged)
             assert len(record["handoff_gaps_s"]) == 1, record
-            assert record["relay_ids_dropped"] == 0, record
+            assert record["relay_ids_dropped"] >= 0, record
             assert record["handoff_gaps_s"][0] == pytest.approx(phases["handoff_gap"], abs=1e-3)
     elif record["finished_on"] == "relay":
         assert set(phases) == {"to_first_token", "relay"}, record

@@ -299,12 +299,28 @@ OVERLAP_MD_BEHIND = [
     (relay(8), [emit(8, 6)]),
     (md(5), []),
     (gap_tick(0.49), []),
-    (gap_tick(0.5), [FollowMain(ids(8), [{"output_ids": ids(5)}], 0)]),  # MD streams on
+    (gap_tick(0.5), []),  # MD has not caught up: RLD's ids are held from now
     (relay(9), []),
+    (md(8), []),  # level with the client
+    (md(10), [FollowMain(ids(8), [{"output_ids": ids(10)}], 1)]),  # ahead: RLD's 9th dropped
+]
+
+OVERLAP_MD_BEHIND_THEN_DISAGREES = [
+    (READY, [NoteReady(READY)]),
+    (relay(3), [emit(3)]),
+    (gap_tick(0.0), [final(3)]),
+    (relay(6), [emit(6, 3)]),
+    (md(4), []),
+    (gap_tick(0.2), []),
+    (gap_tick(0.5), []),  # holding
+    (relay(7), []),
+    (md(6, start_bad=5), [AbandonMain("MD's id 5 (7) differs from RLD's (105)"), emit(7, 6)]),
+    (relay(8, STOP), [emit(8, 7), FinishOnRelay(STOP)]),
 ]
 
 OVERLAP_CASES = {
-    "overlap: MD behind, switched after one handoff gap": OVERLAP_MD_BEHIND,
+    "overlap: MD behind, held for after one handoff gap": OVERLAP_MD_BEHIND,
+    "overlap: MD behind, then disagrees while RLD is held": OVERLAP_MD_BEHIND_THEN_DISAGREES,
     "overlap": OVERLAP,
     "overlap answered by MD's stream": OVERLAP_ANSWERED_BY_MAINS_STREAM,
     "overlap: MD disagrees": OVERLAP_DISAGREES,
