@@ -149,13 +149,13 @@ def test_one_shot_at_chosen_points_matches_colocated(
 
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
 def test_overlapped_switch_matches_colocated(
-    overlap_router, held_links, pdd_cluster, colocated, stream
+    overlap_router, held_links, server_group, colocated, pdd_cluster, stream
 ):
-    """The final handoff goes to MD after 8 ids while MD is stopped; RLD streams 24 more to the
-    client meanwhile (nothing held); MD then extends the 8, its ids agree with RLD's 24 and
-    the client switches once MD's are ahead: one answer, identical to the co-located server's,
-    RLD's ids all sent, none dropped."""
-    main = pdd_cluster.mains[0].server
+    """The final handoff goes to MD after 8 ids while MD's stream to the router is stalled (the
+    emulated WAN holds its bytes); RLD streams 24 more to the client meanwhile (nothing held);
+    the link comes back, MD's ids agree with RLD's and the client switches once MD's are
+    ahead: one answer, identical to the co-located server's, RLD's ids all sent."""
+    http = next(s for s in server_group.servers if s.name == "wan-http")
     for prompt in varied_prompts(2, seed=19):
         body = {**_held_body(prompt, 120), "rid": f"overlap-{stream}-{len(prompt)}"}
         held_links.control.pause()
@@ -165,7 +165,7 @@ def test_overlapped_switch_matches_colocated(
                 future = pool.submit(generate, overlap_router.url, body, stream)
                 wait_held(held_links, future, "8 ids from Relay-Decode")
                 held = held_links.relay.held_ids
-                main.pause()  # the handoff waits in MD's socket
+                http.link("stall")  # MD will decode, its ids wait in the link
                 try:
                     held_links.control.resume()  # MD's ready reaches the router: it hands off
                     wait_for_record(
@@ -184,7 +184,7 @@ def test_overlapped_switch_matches_colocated(
                         "RLD's 24 more ids at the client",
                     )
                 finally:
-                    main.resume()
+                    http.link("restore")
                 wait_for_record(
                     overlap_router.url,
                     body["rid"],
