@@ -31,6 +31,11 @@ class ClientRun:
             raise UpstreamError(
                 400, {"error": {"message": f"Duplicate request ID: {self.rid}", "code": 400}}
             )
+        if not input_ids:
+            # SGLang's own answer; sent on to instances, an empty prompt breaks their streams
+            # (SGLang 0.5.23's abort task reads a field the failed request never got).
+            why = "input_ids cannot be empty (the prompt has no tokens)."
+            raise UpstreamError(400, {"error": {"message": why, "code": 400}})
         if bad := out_of_vocab(input_ids, state.vocab_size):
             # A plain SGLang 0.5.23 server's scheduler dies on such an id (an IndexError in
             # the embedding): refuse it before any instance sees it.

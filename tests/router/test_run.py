@@ -14,3 +14,21 @@ def test_input_ids_outside_the_vocabulary_are_named():
     assert "input_ids[2] = 'x'" in out_of_vocab([1, 2, "x"], 100)
     assert "True" in out_of_vocab([True], 100)
     assert out_of_vocab([10**9], 0) is None  # unknown vocabulary: nothing to check
+
+
+def test_an_empty_prompt_is_refused_before_any_instance_sees_it():
+    """A text that tokenizes to nothing: SGLang's own 400, not a stream that breaks on the
+    instances (SGLang 0.5.23's abort task then fails on the unnormalized request)."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from sglang_pdd.router.run import ClientRun
+    from sglang_pdd.router.upstream import UpstreamError
+
+    state = SimpleNamespace(live={}, vocab_size=100)
+    with pytest.raises(UpstreamError) as refused:
+        ClientRun(state, [], {"max_new_tokens": 4}, {})
+    assert refused.value.status == 400
+    assert "input_ids cannot be empty" in refused.value.body["error"]["message"]
+    assert state.live == {}
