@@ -49,6 +49,12 @@ def start_smg(
         str(port),
         "--policy",
         "round_robin",
+        # smg serves metrics on 0.0.0.0:29000 by default: two gateways (same-DC and cross-DC
+        # PD) would collide there; each gets a free loopback port.
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        str(free_port()),
     ]
     server = group.launch_command(name, cmd, port)
     group.wait_ready(server, timeout=timeout, path="/health")
