@@ -7,6 +7,7 @@ import logging
 
 from sglang_pdd.options import add_options, flags, options_from_args
 from sglang_pdd.policy import HandoffPolicyConfig, PipelinePolicyConfig
+from sglang_pdd.router.breaker import BreakerConfig
 from sglang_pdd.router.config import MainEndpoint, RouterConfig
 
 
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info", help="logging level (default: %(default)s)")
     add_options(p.add_argument_group("pipeline policy"), PipelinePolicyConfig, "pipeline.")
     add_options(p.add_argument_group("handoff policy"), HandoffPolicyConfig, "handoff.")
+    add_options(p.add_argument_group("circuit breaker"), BreakerConfig, "breaker.")
     return p
 
 
@@ -70,6 +72,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
             **options_from_args(PipelinePolicyConfig, args, "pipeline.")
         )
         handoff = HandoffPolicyConfig(**options_from_args(HandoffPolicyConfig, args, "handoff."))
+        breaker = BreakerConfig(**options_from_args(BreakerConfig, args, "breaker."))
     except ValueError as exc:
         raise ValueError(_name_the_flag(str(exc))) from exc
     if args.main_kv_events and len(args.main_kv_events) != len(args.main):
@@ -86,6 +89,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         ),
         pipeline=pipeline,
         handoff=handoff,
+        breaker=breaker,
     )
 
 

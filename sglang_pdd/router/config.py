@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from sglang_pdd.options import option
 from sglang_pdd.policy import HandoffPolicyConfig, PipelinePolicyConfig
+from sglang_pdd.router.breaker import BreakerConfig
 
 MAIN_TRANSFER_STARTS = ("with-prefill", "after-relay")
 HANDOFF_SWITCHES = ("overlap", "hold")
@@ -32,6 +33,7 @@ class RouterConfig:
     port: int = option(8000, "port the router listens on")
     pipeline: PipelinePolicyConfig = field(default_factory=PipelinePolicyConfig)
     handoff: HandoffPolicyConfig = field(default_factory=HandoffPolicyConfig)
+    breaker: BreakerConfig = field(default_factory=BreakerConfig)
     # What the router assumes of the WAN when it estimates MD's readiness for the policy.
     wan_bandwidth_mbps: float = option(100.0, "WAN bandwidth the pipeline policy assumes")
     wan_rtt_ms: float = option(40.0, "WAN RTT the policy assumes")

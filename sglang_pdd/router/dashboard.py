@@ -80,6 +80,11 @@ PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
         "short",
         [("sglang_pdd:instance_in_rotation", "{{role}} {{instance}}")],
     ),
+    (
+        "Circuit breakers (0 closed, 1 half-open, 2 open)",
+        "short",
+        [("sglang_pdd:instance_breaker_state", "{{role}} {{instance}}")],
+    ),
 ]
 
 

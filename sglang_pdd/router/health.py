@@ -1,10 +1,13 @@
 """``InstanceHealth``: instances out of rotation, after failing a request or while draining.
 
 An instance that failed or went silent while serving a request (the request then migrated, or
-ended with its error) is taken out of rotation: new requests are planned without it, as long as
-that leaves a prefill and a decoding instance. A probe asks each such instance's ``/health``
-every ``interval_s`` and puts it back once it answers 200. A draining instance (``POST
-/pdd/drain``) stays out until the operator puts it back (``POST /pdd/undrain``).
+ended with its error) counts a failure on its circuit breaker (``breaker.py``); an open breaker
+takes it out of rotation: new requests are planned without it, as long as that leaves a prefill
+and a decoding instance. Once the breaker has been open long enough, a probe asks the
+instance's ``/health`` (every ``interval_s``) and puts it back, half-open, once it answers 200;
+requests it then serves close the breaker, a failure opens it again for longer. A draining
+instance (``POST /pdd/drain``) stays out until the operator puts it back (``POST
+/pdd/undrain``).
 
 Instances in rotation are asked for ``/ready`` (cheap: no generation) every
 ``--instance-check-interval-s``. One that answers 503 is stopping: SGLang answers so from the
@@ -21,25 +24,61 @@ import time
 
 import aiohttp
 
+from sglang_pdd.router.breaker import CLOSED, HALF_OPEN, OPEN, Breaker, BreakerConfig
+
 logger = logging.getLogger("sglang_pdd.router")
 
 
 class InstanceHealth:
     """The instances out of rotation, and the probe that brings them back."""
 
-    def __init__(self) -> None:
-        self.down: dict[str, float] = {}  # URL -> when it was taken out (monotonic)
+    def __init__(self, breaker: BreakerConfig | None = None) -> None:
+        self.breaker_config = breaker or BreakerConfig()
+        self.breakers: dict[str, Breaker] = {}  # URL -> its breaker, from its first failure on
         self.draining: set[str] = set()  # taken out by the operator
         self.stopping: set[str] = set()  # answered /ready with 503 (SIGTERM'd or paused)
 
+    @property
+    def down(self) -> set[str]:
+        """The instances whose breaker is open."""
+        return {url for url, b in self.breakers.items() if b.state == OPEN}
+
+    def breaker_state(self, url: str) -> str:
+        breaker = self.breakers.get(url)
+        return CLOSED if breaker is None else breaker.state
+
     def mark_down(self, url: str) -> None:
-        if url not in self.down:
-            logger.warning("sglang-pdd router: %s out of rotation (it failed a request)", url)
-            self.down[url] = time.monotonic()
+        """``url`` failed (or went silent on) a request."""
+        breaker = self.breakers.setdefault(url, Breaker(self.breaker_config))
+        before = breaker.state
+        if breaker.failed(time.monotonic()) == OPEN and before != OPEN:
+            logger.warning(
+                "sglang-pdd router: %s out of rotation (it failed a request%s; probed again "
+                "in %.0f s)",
+                url,
+                " while on trial" if before == HALF_OPEN else "",
+                breaker.open_for,
+            )
+
+    def mark_served(self, url: str) -> None:
+        """``url`` served its part of a request to the end."""
+        breaker = self.breakers.get(url)
+        if breaker is not None and breaker.state == HALF_OPEN:
+            if breaker.succeeded(time.monotonic()) == CLOSED:
+                logger.info("sglang-pdd router: %s serves again: its breaker is closed", url)
+        elif breaker is not None:
+            breaker.succeeded(time.monotonic())
 
     def mark_up(self, url: str) -> None:
-        if self.down.pop(url, None) is not None:
-            logger.info("sglang-pdd router: %s back in rotation (/health answers)", url)
+        """``url``'s ``/health`` answered 200: back in rotation (half-open) if its breaker has
+        been open long enough."""
+        breaker = self.breakers.get(url)
+        if breaker is not None and breaker.probe_answered(time.monotonic()) == HALF_OPEN:
+            logger.info("sglang-pdd router: %s back in rotation, on trial (/health answers)", url)
+
+    def due_for_probe(self) -> list[str]:
+        now = time.monotonic()
+        return [url for url, b in self.breakers.items() if b.may_probe(now)]
 
     def is_draining(self, url: str) -> bool:
         """Taken out on purpose (by the operator, or stopping): its requests move elsewhere."""
@@ -54,7 +93,7 @@ class InstanceHealth:
     async def probe(self, session: aiohttp.ClientSession, interval_s: float = 1.0) -> None:
         """Forever: probe each instance out of rotation; put back those that answer."""
         while True:
-            for url in list(self.down):
+            for url in self.due_for_probe():
                 if await _answers(session, f"{url}/health") == 200:
                     self.mark_up(url)
             await asyncio.sleep(interval_s)

@@ -15,6 +15,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from sglang_pdd.router.breaker import STATE_VALUES
+
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 20, 30)
 _GAP_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5)
 
@@ -74,12 +76,12 @@ class _SiteCollector:
 
 
 class _InstanceCollector:
-    """Each instance and whether it is in rotation (1) or not (0: failed, draining, stopping),
-    read at scrape time."""
+    """Each instance, whether it is in rotation (1) or not (0: failed, draining, stopping), and
+    its circuit breaker's state, read at scrape time."""
 
-    def __init__(self, roles: dict[str, str], out_of_rotation) -> None:
+    def __init__(self, roles: dict[str, str], health) -> None:
         self._roles = roles  # url -> "prefill" | "relay" | "main"
-        self._out = out_of_rotation
+        self._health = health  # router/health.py's InstanceHealth
 
     def collect(self):
         up = GaugeMetricFamily(
@@ -87,92 +89,73 @@ class _InstanceCollector:
             "1 while the router sends the instance new requests, 0 while it is out of rotation",
             labels=["instance", "role"],
         )
-        out = self._out()
+        breaker = GaugeMetricFamily(
+            "sglang_pdd:instance_breaker_state",
+            "the instance's circuit breaker: 0 closed, 1 half-open (on trial), 2 open",
+            labels=["instance", "role"],
+        )
+        out = self._health.out_of_rotation()
         for url, role in self._roles.items():
             up.add_metric([url, role], 0 if url in out else 1)
-        yield up
+            breaker.add_metric([url, role], STATE_VALUES[self._health.breaker_state(url)])
+        yield from (up, breaker)
 
 
 class RouterMetrics:
-    """The router's metrics in their own registry (no process-global state).
+    """The router's metrics in their own registry (no process-global state), named as SGLang's.
 
-    ``roles``/``out_of_rotation``: every instance's role and the health view's set of those out
-    of rotation (none given: no instance gauge)."""
+    ``roles``/``health``: every instance's role and the router's ``InstanceHealth`` (none
+    given: no instance gauges)."""
 
-    def __init__(self, mains: dict, roles: dict[str, str] | None = None, out_of_rotation=None):
+    def __init__(self, mains: dict, roles: dict[str, str] | None = None, health=None):
         disable_created_metrics()  # SGLang's exporters leave out the *_created series too
-        self.registry = CollectorRegistry()
-        r = self.registry
-        self.requests = Counter(
-            "sglang_pdd:requests",
-            "requests by pipeline and policy rule",
-            ["pipeline", "rule"],
-            registry=r,
+        self.registry = r = CollectorRegistry()
+
+        def counter(name: str, doc: str, *labels: str) -> Counter:
+            return Counter(f"sglang_pdd:{name}", doc, labels, registry=r)
+
+        def histogram(name: str, doc: str, buckets=_LATENCY_BUCKETS) -> Histogram:
+            return Histogram(f"sglang_pdd:{name}", doc, buckets=buckets, registry=r)
+
+        self.requests = counter(
+            "requests", "requests by pipeline and policy rule", "pipeline", "rule"
         )
-        self.output_tokens = Counter(
-            "sglang_pdd:output_tokens",
-            "output tokens streamed, by the instance that made them",
-            ["instance"],
-            registry=r,
+        self.output_tokens = counter(
+            "output_tokens", "output tokens streamed, by the instance that made them", "instance"
         )
-        self.ttft = Histogram(
-            "sglang_pdd:time_to_first_token_seconds",
-            "TTFT at the router",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+        self.wan_bytes = counter("wan_bytes", "KV bytes Main-Decode received")
+        self.failed = counter(
+            "requests_failed", "client requests that ended with an error, by HTTP status", "status"
         )
-        self.itl = Histogram(
-            "sglang_pdd:inter_token_latency_seconds",
+        self.migrations = counter(
+            "migrations", "requests continued on other instances after one failed"
+        )
+        self.refused_at_capacity = counter(
+            "refused_at_capacity", "client requests answered 503 past --max-live-requests"
+        )
+        self.ttft = histogram("time_to_first_token_seconds", "TTFT at the router")
+        self.itl = histogram(
+            "inter_token_latency_seconds",
             "gap between streamed outputs at the router",
-            buckets=_GAP_BUCKETS,
-            registry=r,
+            _GAP_BUCKETS,
         )
-        self.handoff_stall = Histogram(
-            "sglang_pdd:handoff_stall_seconds",
-            "Relay-Decode's last token to Main-Decode's first",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+        self.handoff_stall = histogram(
+            "handoff_stall_seconds", "Relay-Decode's last token to Main-Decode's first"
         )
-        self.main_ready = Histogram(
-            "sglang_pdd:main_ready_seconds",
-            "request arrival to Main-Decode reporting its KV in place",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+        self.main_ready = histogram(
+            "main_ready_seconds", "request arrival to Main-Decode reporting its KV in place"
         )
-        self.wan_bytes = Counter(
-            "sglang_pdd:wan_bytes", "KV bytes Main-Decode received", registry=r
-        )
-        self.e2e = Histogram(
-            "sglang_pdd:e2e_request_latency_seconds",
+        self.e2e = histogram(
+            "e2e_request_latency_seconds",
             "arrival to the last id at the router",
-            buckets=_LATENCY_BUCKETS + (60, 120, 300),
-            registry=r,
+            _LATENCY_BUCKETS + (60, 120, 300),
         )
-        self.handoff_gap = Histogram(
-            "sglang_pdd:handoff_gap_seconds",
-            "the client-visible gap at each final handoff",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.failed = Counter(
-            "sglang_pdd:requests_failed",
-            "client requests that ended with an error, by HTTP status",
-            ["status"],
-            registry=r,
-        )
-        self.migrations = Counter(
-            "sglang_pdd:migrations",
-            "requests continued on other instances after one failed",
-            registry=r,
-        )
-        self.refused_at_capacity = Counter(
-            "sglang_pdd:refused_at_capacity",
-            "client requests answered 503 past --max-live-requests",
-            registry=r,
+        self.handoff_gap = histogram(
+            "handoff_gap_seconds", "the client-visible gap at each final handoff"
         )
         r.register(_SiteCollector(mains))
-        if roles is not None:
-            r.register(_InstanceCollector(roles, out_of_rotation or frozenset))
+        if roles is not None and health is not None:
+            r.register(_InstanceCollector(roles, health))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -198,6 +198,16 @@ class PddRequestRun(RelayedPipeline):
             rids[self.relay_url] = [self.ids.relay]
         return rids
 
+    def served_by(self) -> list[str]:
+        """The instances that did their part of this (finished) request: P, and each decoding
+        instance that streamed ids (what closes a half-open breaker)."""
+        urls = [self.prefill_url]
+        if self.relay_url and self.record.relay_tokens:
+            urls.append(self.relay_url)
+        if self.record.main_tokens:
+            urls.append(self.main.url)
+        return urls
+
     async def abort_everywhere(self) -> None:
         """Abort this request's sub-requests on every instance, each by its exact rid."""
         pairs = [(url, rid) for url, rids in self.sub_rids().items() for rid in rids]

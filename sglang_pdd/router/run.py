@@ -90,6 +90,8 @@ class ClientRun:
                     if record.e2e_s is not None:
                         metrics.e2e.observe(record.e2e_s)
                     self.finished = event
+                    for url in self.run.served_by():
+                        self.state.health.mark_served(url)
                     self.tail = self.text.finish(event.finish_reason)
                     logger.info(
                         "pdd-record rid=%s %s", self.rid, json.dumps(event.record.as_dict())

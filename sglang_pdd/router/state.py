@@ -65,10 +65,10 @@ class RouterState:
         self.handoff_gap_estimate_s = config.wan_rtt_ms / 1000 if prior is None else prior
         from sglang_pdd.router.metrics import RouterMetrics
 
-        self.health = InstanceHealth()
+        self.health = InstanceHealth(config.breaker)
         roles = {u: "prefill" for u in config.prefill} | {u: "relay" for u in config.relay}
         roles |= {m.url: "main" for m in config.main}
-        self.metrics = RouterMetrics(self.mains, roles, self.health.out_of_rotation)
+        self.metrics = RouterMetrics(self.mains, roles, self.health)
         self.session: aiohttp.ClientSession | None = None
         self.bootstrap: dict[str, tuple[str, int]] = {}
         self.model_info: dict = {}

@@ -120,6 +120,9 @@ def test_main_decode_killed_after_the_handoff_the_request_continues(
     # The dead MD is out of rotation: the next request goes straight to what is left.
     info = requests.get(f"{router.url}/get_server_info", timeout=30).json()["pdd_router"]
     assert info["out_of_rotation"] == [site.http_via_wan], info
+    metrics = requests.get(f"{router.url}/metrics", timeout=30).text
+    open_breaker = f'instance="{site.http_via_wan}",role="main"}} 2.0'
+    assert f"sglang_pdd:instance_breaker_state{{{open_breaker}" in metrics, metrics[-3000:]
     body = _greedy(random.Random(54), 300, 50)
     after = generate(router.url, body)
     assert after.status == 200 and after.output_ids == _reference(colocated, body)

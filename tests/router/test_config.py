@@ -8,6 +8,7 @@ import pytest
 
 from sglang_pdd.options import field_default, flags
 from sglang_pdd.policy import HandoffPolicyConfig, PipelinePolicyConfig
+from sglang_pdd.router.breaker import BreakerConfig
 from sglang_pdd.router.cli import build_parser, config_from_args
 from sglang_pdd.router.config import MainEndpoint, RouterConfig
 
@@ -114,10 +115,12 @@ def test_unknown_handoff_mode_lists_the_choices(capsys):
 
 # Fields deliberately without a flag of their own: set by the --main trio, nested configs
 # (whose fields are flags), and the cache mirror's sizing.
-_NO_FLAG = {"main", "pipeline", "handoff", "cache_block_tokens", "cache_capacity_blocks"}
+_NO_FLAG = {"main", "pipeline", "handoff", "breaker", "cache_block_tokens", "cache_capacity_blocks"}
 
 
-@pytest.mark.parametrize("cls", [RouterConfig, PipelinePolicyConfig, HandoffPolicyConfig])
+@pytest.mark.parametrize(
+    "cls", [RouterConfig, PipelinePolicyConfig, HandoffPolicyConfig, BreakerConfig]
+)
 def test_each_flag_defaults_to_its_field(cls):
     """A default is written once, on the field: the parser's is the dataclass's."""
     actions = build_parser()._option_string_actions

@@ -6,6 +6,7 @@ import asyncio
 
 from aiohttp import web
 
+from sglang_pdd.router.breaker import BreakerConfig
 from sglang_pdd.router.health import InstanceHealth
 from tests.router.test_plan import RLD, P, state  # noqa: F401 - the fixture
 
@@ -34,7 +35,7 @@ def test_the_probe_puts_an_instance_back_once_its_health_answers():
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-        health = InstanceHealth()
+        health = InstanceHealth(BreakerConfig(open_s=0.01))
         health.mark_down(url)
         health.mark_down("http://127.0.0.1:1")  # nothing listens there: stays out
         import aiohttp
@@ -49,10 +50,11 @@ def test_the_probe_puts_an_instance_back_once_its_health_answers():
                 await asyncio.sleep(0.01)
             probe.cancel()
         await runner.cleanup()
-        return still_out, health.out_of_rotation()
+        return still_out, health.out_of_rotation(), health.breaker_state(url)
 
-    still_out, left = asyncio.run(run())
+    still_out, left, breaker = asyncio.run(run())
     assert still_out and left == {"http://127.0.0.1:1"}
+    assert breaker == "half_open"  # back, on trial until it serves requests
 
 
 def test_an_instance_whose_ready_answers_503_is_drained_until_it_answers_200():
