@@ -11,6 +11,7 @@ from aiohttp import web
 from sglang_pdd.router.auth import api_key_middleware
 from sglang_pdd.router.drain import drain, undrain
 from sglang_pdd.router.fanout import expand_generate, merged_events
+from sglang_pdd.router.health import cannot_serve
 from sglang_pdd.router.openai_app import serve_openai
 from sglang_pdd.router.openai_format import bad_request as bad_openai_request
 from sglang_pdd.router.record import TokenDelta
@@ -178,10 +179,21 @@ async def health(request):
             return False
 
     results = await asyncio.gather(*(ok(u) for u in urls))
-    bad = [u for u, good in zip(urls, results, strict=True) if not good]
-    if bad:
-        return _error(503, f"unhealthy instances: {', '.join(bad)}")
-    return web.Response(text="")
+    taken_out = state.health.draining | state.health.stopping
+    healthy = {u for u, good in zip(urls, results, strict=True) if good and u not in taken_out}
+    config = state.config
+    why = cannot_serve(
+        list(config.prefill),
+        list(config.relay),
+        [m.url for m in config.main],
+        config.pipeline.enable_relay,
+        healthy,
+    )
+    if why is not None:
+        return _error(503, f"the router cannot serve: {why}")
+    # Degraded but serving: 200, as a load balancer should keep sending here.
+    bad = [u for u in urls if u not in healthy]
+    return web.Response(text=f"degraded: not serving: {', '.join(bad)}" if bad else "")
 
 
 async def health_generate(request):

@@ -129,3 +129,19 @@ async def _answers(session: aiohttp.ClientSession, url: str) -> int | None:
             return resp.status
     except (aiohttp.ClientError, TimeoutError):
         return None
+
+
+def cannot_serve(
+    prefill: list[str], relay: list[str], mains: list[str], enable_relay: bool, healthy: set[str]
+) -> str | None:
+    """Why the router cannot serve a request with only the ``healthy`` instances, or None.
+
+    A request needs a prefill server and a decoding instance: a Main-Decode (P-MD), or a
+    Relay-Decode (P-RLD) unless relaying is off. The router's ``/health`` answers 503 with this
+    reason, and 200 while one pipeline is left (a load balancer keeps a degraded router)."""
+    if not any(url in healthy for url in prefill):
+        return f"no prefill server answers /health ({', '.join(prefill)})"
+    decoders = [*mains, *(relay if enable_relay else [])]
+    if not any(url in healthy for url in decoders):
+        return f"no decoding instance answers /health ({', '.join(decoders)})"
+    return None

@@ -123,6 +123,8 @@ def test_main_decode_killed_after_the_handoff_the_request_continues(
     metrics = requests.get(f"{router.url}/metrics", timeout=30).text
     open_breaker = f'instance="{site.http_via_wan}",role="main"}} 2.0'
     assert f"sglang_pdd:instance_breaker_state{{{open_breaker}" in metrics, metrics[-3000:]
+    health = requests.get(f"{router.url}/health", timeout=60)  # degraded: P-RLD is left
+    assert health.status_code == 200 and site.http_via_wan in health.text, health.text
     body = _greedy(random.Random(54), 300, 50)
     after = generate(router.url, body)
     assert after.status == 200 and after.output_ids == _reference(colocated, body)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from aiohttp import web
 
 from sglang_pdd.router.breaker import BreakerConfig
-from sglang_pdd.router.health import InstanceHealth
+from sglang_pdd.router.health import InstanceHealth, cannot_serve
 from tests.router.test_plan import RLD, P, state  # noqa: F401 - the fixture
 
 
@@ -95,3 +96,21 @@ def test_an_instance_whose_ready_answers_503_is_drained_until_it_answers_200():
     assert first.startswith("http://127.0.0.1:") and again == 0  # drained once, not per look
     assert out == (True, True, "stopping: /ready answers 503")
     assert left == frozenset()  # an unreachable instance is the failure probe's business
+
+
+@pytest.mark.parametrize(
+    "healthy, relay_on, serves",
+    [
+        ({"p", "r", "m"}, True, True),
+        ({"p", "m"}, True, True),  # RLD down: P-MD is left
+        ({"p", "r"}, True, True),  # MD down: P-RLD is left
+        ({"p", "r"}, False, False),  # ... unless relaying is off
+        ({"r", "m"}, True, False),  # no prefill server
+        ({"p"}, True, False),  # nothing decodes
+    ],
+)
+def test_the_router_serves_while_one_pipeline_is_left(healthy, relay_on, serves):
+    why = cannot_serve(["p"], ["r"], ["m"], relay_on, healthy)
+    assert (why is None) == serves, why
+    if not serves:
+        assert "answers /health" in why
