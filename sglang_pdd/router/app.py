@@ -260,7 +260,7 @@ async def upstream_errors(request, handler):
     try:
         return await handler(request)
     except UpstreamError as exc:
-        return web.json_response(exc.body, status=exc.status)
+        return web.json_response(exc.body, status=exc.status, headers=exc.headers)
     except InvalidRequest as exc:  # the client's input: a 400 naming the field
         if request.path.startswith("/v1/"):
             return web.json_response(bad_openai_request(str(exc)).body, status=400)

@@ -54,7 +54,10 @@ def start_runs(state: RouterState, subs: list[SubRequest]) -> list[ClientRun]:
             "(--max-live-requests); retry later"
         )
         state.metrics.refused_at_capacity.inc()
-        raise UpstreamError(503, {"error": {"message": why, "code": 503}})
+        # Retry-After: requests here last seconds; a second lets some of them end.
+        raise UpstreamError(
+            503, {"error": {"message": why, "code": 503}}, headers={"Retry-After": "1"}
+        )
     runs: list[ClientRun] = []
     try:
         for sub in subs:

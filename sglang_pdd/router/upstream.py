@@ -16,11 +16,14 @@ class UpstreamError(Exception):
     ``instance``: the URL of an instance that failed or went silent (the request may continue
     elsewhere), None when the answer is about the request itself."""
 
-    def __init__(self, status: int, body: dict, instance: str | None = None) -> None:
+    def __init__(
+        self, status: int, body: dict, instance: str | None = None, headers: dict | None = None
+    ) -> None:
         super().__init__(f"upstream answered {status}: {body}")
         self.status = status
         self.body = body
         self.instance = instance
+        self.headers = headers  # for the client's answer (Retry-After on a 503 at capacity)
 
 
 async def _error_body(resp: aiohttp.ClientResponse) -> dict:

@@ -27,5 +27,6 @@ def test_past_the_limit_a_request_gets_503_naming_the_flag(live, subs):
         start_runs(state, [SubRequest([1], {}, {})] * subs)
     assert refused.value.status == 503
     assert "--max-live-requests" in refused.value.body["error"]["message"]
+    assert refused.value.headers == {"Retry-After": "1"}
     assert len(state.live) == live  # nothing registered
     assert b"sglang_pdd:refused_at_capacity_total 1.0" in state.metrics.render()
