@@ -16,8 +16,11 @@ own. The rules, each enforced here:
     has (no gap). If MD has not caught up one handoff gap (``Tick.handoff_gap_s``) after its
     first ids came, RLD's newer ids are held from then (the gap left is no larger than holding
     would have cost, and an MD no faster than RLD does not leave RLD serving for good) until
-    MD is ahead. MD's ids disagreeing with RLD's abandon MD (aborted; the held ids go out, RLD
-    finishes); RLD finishing first aborts MD's copy.
+    MD is ahead. They are held sooner once MD's own pace (its ids per second over the ticks
+    since its first) says it will not catch up RLD within that time: every id RLD streams
+    meanwhile is one more the client waits for MD to remake. MD's ids disagreeing with RLD's
+    abandon MD (aborted; the held ids go out, RLD finishes); RLD finishing first aborts MD's
+    copy.
 * What to send MD and when is ``steps.RelayedHandoff``'s: nothing before MD's KV is ready, one
   Catch-Up chunk in flight at a time, a deferred final handoff made again ``retry_s`` later.
 * RLD finishing first (no final handoff pending) ends the request on RLD.
@@ -79,6 +82,8 @@ class HandoffCore:
         self._main_seen = False  # overlap: MD's stream has answered the final handoff
         self._hold_by: float | None = None  # overlap: hold RLD's ids from then if MD is behind
         self._holding = False  # overlap: RLD's ids held until MD is ahead of the client
+        self._main_len = 0  # overlap: how many ids MD's stream has (its cumulative list)
+        self._main_marks: list[tuple[float, int]] = []  # overlap: (tick time, MD's ids)
 
     # -- what the loop reads ----------------------------------------------------------------
     @property
@@ -194,8 +199,10 @@ class HandoffCore:
         if self.switching and self._main_seen:
             if self._hold_by is None:
                 self._hold_by = tick.now + (tick.handoff_gap_s or 0.0)
-            if tick.now >= self._hold_by:  # MD has not caught up: the client waits for it
-                self._holding = True
+            if not self._main_marks or self._main_marks[-1][1] != self._main_len:
+                self._main_marks.append((tick.now, self._main_len))
+            if tick.now >= self._hold_by or self._main_falls_behind(tick):
+                self._holding = True  # MD has not caught up: the client waits for it
             return []
         if (reason := self._finishes_sooner_on_relay(tick)) is not None:
             self.steps.main_refused()  # nothing goes to MD; RLD finishes, MD is released
@@ -206,6 +213,19 @@ class HandoffCore:
         final = step.kind != CHUNK
         ids = list(self.relay_ids[: step.upto])
         return [SendToMain(ids, final, self.steps.mode, self.steps.chunks)]
+
+    def _main_falls_behind(self, tick: Tick) -> bool:
+        """Overlap: MD's pace so far will not bring it level with RLD before ``_hold_by``."""
+        if tick.relay_itl_s is None or tick.relay_itl_s <= 0 or len(self._main_marks) < 3:
+            return False  # too little to tell: the handoff-gap bound decides
+        (t0, n0), (t1, n1) = self._main_marks[0], self._main_marks[-1]
+        if t1 - t0 <= 0:
+            return False
+        main_rate, relay_rate = (n1 - n0) / (t1 - t0), 1 / tick.relay_itl_s
+        if main_rate <= relay_rate:
+            return True  # it never catches up
+        behind = len(self.relay_ids) - n1
+        return behind / (main_rate - relay_rate) > self._hold_by - tick.now
 
     def _finishes_sooner_on_relay(self, tick: Tick) -> str | None:
         """Why RLD should finish the request itself, or None (the tail rule)."""
@@ -241,6 +261,7 @@ class HandoffCore:
             return actions
         self._main_seen = True
         ids, have = chunk["output_ids"], self.relay_ids
+        self._main_len = len(ids)
         n = min(len(ids), len(have))
         if ids[:n] != have[:n]:
             at = next(i for i in range(n) if ids[i] != have[i])

@@ -8,9 +8,12 @@ import random
 import pytest
 import requests
 import zmq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sglang_pdd.testbed.client import generate
 from sglang_pdd.testbed.held_links import generate_acting_at
+from tests.wire.test_codec import shaped
 
 pytestmark = pytest.mark.servers
 
@@ -44,6 +47,68 @@ def test_malformed_control_messages_leave_main_decode_serving(pdd_cluster, coloc
         sock.close()
     assert requests.get(f"{pdd_cluster.main.url}/health", timeout=30).status_code == 200
     rng = random.Random(77)
+    ids = [rng.randrange(10, 250) for _ in range(300)]
+    got = generate(pdd_cluster.router_url, _greedy(ids, 32))
+    assert (
+        got.status == 200 and got.output_ids == generate(colocated.url, _greedy(ids, 32)).output_ids
+    )
+
+
+# One control message as it may arrive from a hostile peer: bytes, a JSON object shaped like
+# a message (right and wrong fields), a valid op naming a relayed rid no router sent, or
+# several ZeroMQ frames.
+_frames = st.one_of(
+    st.binary(max_size=300).map(lambda b: [b]),
+    shaped.map(lambda d: [json.dumps(d).encode()]),
+    st.fixed_dictionaries(
+        {
+            "op": st.sampled_from(["watch", "handoff", "release", "expire"]),
+            "rid": st.text("abc", min_size=1, max_size=4).map(lambda r: f"fuzz-{r}.pdd-relayed"),
+        },
+        optional={"token_ids": st.lists(st.integers(0, 300), max_size=6), "final": st.booleans()},
+    ).map(lambda d: [json.dumps(d).encode()]),
+    st.lists(st.binary(max_size=20), min_size=2, max_size=3),
+)
+
+
+def test_generated_control_messages_leave_main_decode_serving(pdd_cluster, colocated):
+    """A few hundred generated control messages (hypothesis) to MD's control socket through
+    the WAN link: MD stays up and its answers stay identical to the co-located server's."""
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(pdd_cluster.control_via_wan)
+    sent = []
+
+    @settings(
+        max_examples=60,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(st.lists(_frames, min_size=1, max_size=8))
+    def send(batch):
+        for frames in batch:
+            sock.send_multipart(frames)
+            sent.append(frames)
+        while sock.poll(0):  # MD's error replies: read, so none piles up
+            sock.recv_multipart()
+
+    try:
+        send()
+        # One message MD must answer proves it read everything sent before it (one socket).
+        sock.send(
+            json.dumps({"op": "handoff", "rid": "last.pdd-relayed", "token_ids": [-1]}).encode()
+        )
+        last = None
+        while sock.poll(60_000):
+            last = json.loads(sock.recv_multipart()[-1])
+            if last.get("rid") == "last.pdd-relayed":
+                break
+        assert last is not None and last["event"] == "error", last
+    finally:
+        sock.close()
+    assert len(sent) >= 100, len(sent)
+    assert requests.get(f"{pdd_cluster.main.url}/health", timeout=30).status_code == 200
+    rng = random.Random(79)
     ids = [rng.randrange(10, 250) for _ in range(300)]
     got = generate(pdd_cluster.router_url, _greedy(ids, 32))
     assert (

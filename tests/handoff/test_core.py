@@ -318,7 +318,64 @@ OVERLAP_MD_BEHIND_THEN_DISAGREES = [
     (relay(8, STOP), [emit(8, 7), FinishOnRelay(STOP)]),
 ]
 
+
+def paced_tick(now: float, relay_itl_s: float = 0.01, gap: float = 1.0) -> Tick:
+    return Tick(now, 0.0, relay_itl_s, gap)
+
+
+OVERLAP_MD_SLOWER_THAN_RLD = [
+    (READY, [NoteReady(READY)]),
+    (relay(3), [emit(3)]),
+    (paced_tick(0.0), [final(3)]),
+    (relay(6), [emit(6, 3)]),
+    (md(4), []),
+    (paced_tick(0.10), []),  # MD's first ids: its clock starts (hold by 1.1 at the latest)
+    (md(5), []),
+    (paced_tick(0.20), []),
+    (relay(8), [emit(8, 6)]),
+    (md(6), []),
+    # 2 ids in 0.2 s: 10 per second, RLD 100 (one each 0.01 s): MD never catches up. RLD's
+    # ids are held now, not at 1.1 s (each id RLD streams until then MD would have to remake).
+    (paced_tick(0.30), []),
+    (relay(9), []),
+    (md(9), [FollowMain(ids(8), [{"output_ids": ids(9)}], 1)]),
+]
+
+OVERLAP_MD_FASTER_THAN_RLD = [
+    (READY, [NoteReady(READY)]),
+    (relay(3), [emit(3)]),
+    (paced_tick(0.0, relay_itl_s=0.1), [final(3)]),
+    (relay(8), [emit(8, 3)]),
+    (md(4), []),
+    (paced_tick(0.10, relay_itl_s=0.1), []),
+    (md(5), []),
+    (paced_tick(0.11, relay_itl_s=0.1), []),
+    (md(6), []),
+    # 100 ids per second against RLD's 10: 2 behind closes in 0.02 s: RLD streams on.
+    (paced_tick(0.12, relay_itl_s=0.1), []),
+    (relay(9), [emit(9, 8)]),
+    (md(10), [FollowMain(ids(9), [{"output_ids": ids(10)}], 0)]),  # caught up: no gap at all
+]
+
+OVERLAP_MD_CATCHING_UP_TOO_SLOWLY = [
+    (READY, [NoteReady(READY)]),
+    (relay(3), [emit(3)]),
+    (paced_tick(0.0, relay_itl_s=0.1, gap=0.3), [final(3)]),
+    (relay(30), [emit(30, 3)]),  # RLD far ahead (MD's answer was slow)
+    (md(4), []),
+    (paced_tick(0.10, relay_itl_s=0.1, gap=0.3), []),
+    (md(5), []),
+    (paced_tick(0.15, relay_itl_s=0.1, gap=0.3), []),
+    (md(6), []),
+    # 40 ids per second against RLD's 10: 24 behind closes in 0.8 s, after the 0.4 s bound.
+    (paced_tick(0.20, relay_itl_s=0.1, gap=0.3), []),
+    (relay(31), []),
+]
+
 OVERLAP_CASES = {
+    "overlap: MD slower than RLD, held at once": OVERLAP_MD_SLOWER_THAN_RLD,
+    "overlap: MD faster than RLD, followed with no gap": OVERLAP_MD_FASTER_THAN_RLD,
+    "overlap: MD catching up after the bound, held": OVERLAP_MD_CATCHING_UP_TOO_SLOWLY,
     "overlap: MD behind, held for after one handoff gap": OVERLAP_MD_BEHIND,
     "overlap: MD behind, then disagrees while RLD is held": OVERLAP_MD_BEHIND_THEN_DISAGREES,
     "overlap": OVERLAP,
