@@ -60,6 +60,9 @@ from sglang_pdd.handoff.steps import CHUNK, RelayedHandoff
 from sglang_pdd.policy.handoff import HandoffPolicy
 from sglang_pdd.wire.messages import Deferred, Error, Extended, Ready
 
+# How long MD's ids must have been seen to trust their pace over the router's estimate.
+MAIN_PACE_MIN_S = 0.1
+
 
 class HandoffCore:
     """One relayed request's handoff: ``on(input) -> [actions]``."""
@@ -215,13 +218,19 @@ class HandoffCore:
         return [SendToMain(ids, final, self.steps.mode, self.steps.chunks)]
 
     def _main_falls_behind(self, tick: Tick) -> bool:
-        """Overlap: MD's pace so far will not bring it level with RLD before ``_hold_by``."""
-        if tick.relay_itl_s is None or tick.relay_itl_s <= 0 or len(self._main_marks) < 3:
+        """Overlap: MD's pace will not bring it level with RLD before ``_hold_by``. Its pace:
+        measured over this request's ticks once they span ``MAIN_PACE_MIN_S`` (MD's chunks
+        cross the WAN in bursts), before that the router's estimate for MD, if any."""
+        if tick.relay_itl_s is None or tick.relay_itl_s <= 0 or not self._main_marks:
             return False  # too little to tell: the handoff-gap bound decides
         (t0, n0), (t1, n1) = self._main_marks[0], self._main_marks[-1]
-        if t1 - t0 <= 0:
+        if t1 - t0 >= MAIN_PACE_MIN_S and len(self._main_marks) >= 3:
+            main_rate = (n1 - n0) / (t1 - t0)
+        elif tick.main_itl_s is not None and tick.main_itl_s > 0:
+            main_rate = 1 / tick.main_itl_s
+        else:
             return False
-        main_rate, relay_rate = (n1 - n0) / (t1 - t0), 1 / tick.relay_itl_s
+        relay_rate = 1 / tick.relay_itl_s
         if main_rate <= relay_rate:
             return True  # it never catches up
         behind = len(self.relay_ids) - n1

@@ -55,12 +55,15 @@ class Tick:
 
     ``relay_itl_s``: RLD's seconds per id for this request so far; ``handoff_gap_s``: what a
     final handoff costs the client (the router's estimate). With both, a request whose
-    remaining ids RLD makes sooner than that gap finishes on RLD."""
+    remaining ids RLD makes sooner than that gap finishes on RLD. ``main_itl_s``: MD's seconds
+    per id as the router has seen them (None: not yet), its pace before this request's own
+    can be measured."""
 
     now: float
     relay_load: float
     relay_itl_s: float | None = None
     handoff_gap_s: float | None = None
+    main_itl_s: float | None = None
 
 
 # -- actions --------------------------------------------------------------------------------

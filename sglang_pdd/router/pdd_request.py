@@ -28,6 +28,8 @@ logger = logging.getLogger("sglang_pdd.router")
 # How long a request waits for a transfer of its prefix already on MD's link before sending
 # its own (a transfer that never lands must not hold every later request of its prefix).
 DEPENDENCY_TIMEOUT_S = 60
+# A request whose MD stream had this many gaps teaches the router MD's pace (its mean gap).
+MAIN_ITL_MIN_GAPS = 8
 
 
 class _Gaps:
@@ -226,6 +228,8 @@ class PddRequestRun(RelayedPipeline):
         rec.relay_itl_s = self._itl["relay"].mean
         rec.main_itl_s = self._itl["main"].mean
         rec.main_itl_max_s = self._itl["main"].largest if self._itl["main"].count else None
+        if rec.main_itl_s is not None and self._itl["main"].count >= MAIN_ITL_MIN_GAPS:
+            self.router.note_main_itl(self.main.url, rec.main_itl_s)
         return Finished(finish_reason, self.prompt_tokens, rec)
 
     def _prefill_done(self, task: asyncio.Task | None = None) -> None:

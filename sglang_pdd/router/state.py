@@ -63,6 +63,9 @@ class RouterState:
         self.prefill_estimate_s = 0.05
         prior = config.handoff_gap_prior_s
         self.handoff_gap_estimate_s = config.wan_rtt_ms / 1000 if prior is None else prior
+        # Each Main-Decode's seconds per id at the router, learned from finished requests (the
+        # overlapped switch reads it before MD's own pace for a request can be measured).
+        self.main_itl_estimates_s: dict[str, float] = {}
         from sglang_pdd.router.metrics import RouterMetrics
 
         self.health = InstanceHealth(config.breaker)
@@ -239,6 +242,13 @@ class RouterState:
     def note_handoff_gap(self, seconds: float) -> None:
         """A final handoff's cost to the client: sent to MD, to MD's first id back."""
         self.handoff_gap_estimate_s += 0.2 * (seconds - self.handoff_gap_estimate_s)
+
+    def note_main_itl(self, url: str, seconds: float) -> None:
+        """A request's mean gap between Main-Decode ``url``'s chunks at the router."""
+        known = self.main_itl_estimates_s.get(url)
+        self.main_itl_estimates_s[url] = (
+            seconds if known is None else known + 0.2 * (seconds - known)
+        )
 
     def note_prefill_time(self, seconds: float) -> None:
         """A relayed request's first token came ``seconds`` after it arrived."""

@@ -349,10 +349,10 @@ OVERLAP_MD_FASTER_THAN_RLD = [
     (md(4), []),
     (paced_tick(0.10, relay_itl_s=0.1), []),
     (md(5), []),
-    (paced_tick(0.11, relay_itl_s=0.1), []),
-    (md(6), []),
-    # 100 ids per second against RLD's 10: 2 behind closes in 0.02 s: RLD streams on.
-    (paced_tick(0.12, relay_itl_s=0.1), []),
+    (paced_tick(0.15, relay_itl_s=0.1), []),
+    (md(7), []),
+    # 30 ids per second against RLD's 10: 1 behind closes in 0.05 s: RLD streams on.
+    (paced_tick(0.20, relay_itl_s=0.1), []),
     (relay(9), [emit(9, 8)]),
     (md(10), [FollowMain(ids(9), [{"output_ids": ids(10)}], 0)]),  # caught up: no gap at all
 ]
@@ -367,15 +367,29 @@ OVERLAP_MD_CATCHING_UP_TOO_SLOWLY = [
     (md(5), []),
     (paced_tick(0.15, relay_itl_s=0.1, gap=0.3), []),
     (md(6), []),
-    # 40 ids per second against RLD's 10: 24 behind closes in 0.8 s, after the 0.4 s bound.
+    # 20 ids per second against RLD's 10: 24 behind closes in 2.4 s, after the 0.4 s bound.
     (paced_tick(0.20, relay_itl_s=0.1, gap=0.3), []),
     (relay(31), []),
+]
+
+OVERLAP_MD_KNOWN_TO_BE_NO_FASTER = [
+    (READY, [NoteReady(READY)]),
+    (relay(3), [emit(3)]),
+    (Tick(0.0, 0.0, 0.02, 1.0, 0.025), [final(3)]),
+    (relay(6), [emit(6, 3)]),
+    (md(4), []),
+    # The router has seen MD make an id each 25 ms, RLD makes one each 20: held at MD's
+    # first ids, with no wait for a pace of this request's own.
+    (Tick(0.05, 0.0, 0.02, 1.0, 0.025), []),
+    (relay(7), []),
+    (md(7), [FollowMain(ids(6), [{"output_ids": ids(7)}], 1)]),
 ]
 
 OVERLAP_CASES = {
     "overlap: MD slower than RLD, held at once": OVERLAP_MD_SLOWER_THAN_RLD,
     "overlap: MD faster than RLD, followed with no gap": OVERLAP_MD_FASTER_THAN_RLD,
     "overlap: MD catching up after the bound, held": OVERLAP_MD_CATCHING_UP_TOO_SLOWLY,
+    "overlap: MD known to be no faster, held at its first ids": OVERLAP_MD_KNOWN_TO_BE_NO_FASTER,
     "overlap: MD behind, held for after one handoff gap": OVERLAP_MD_BEHIND,
     "overlap: MD behind, then disagrees while RLD is held": OVERLAP_MD_BEHIND_THEN_DISAGREES,
     "overlap": OVERLAP,
