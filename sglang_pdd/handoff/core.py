@@ -16,10 +16,7 @@ own. The rules, each enforced here:
     has (no gap). If MD has not caught up one handoff gap (``Tick.handoff_gap_s``) after its
     first ids came, RLD's newer ids are held from then (the gap left is no larger than holding
     would have cost, and an MD no faster than RLD does not leave RLD serving for good) until
-    MD is ahead. A request whose MD is known (the router's estimate, ``Tick.main_itl_s``) to
-    make ids no faster than RLD does switches by holding instead, from its final handoff on:
-    RLD's ids streamed while MD answers would be ones MD must remake, a larger gap than
-    holding's. They are held sooner once MD's own pace (its ids per second over the ticks
+    MD is ahead. They are held sooner once MD's own pace (its ids per second over the ticks
     since its first) says it will not catch up RLD within that time: every id RLD streams
     meanwhile is one more the client waits for MD to remake. MD's ids disagreeing with RLD's
     abandon MD (aborted; the held ids go out, RLD finishes); RLD finishing first aborts MD's
@@ -62,16 +59,6 @@ from sglang_pdd.handoff.signals import (
 from sglang_pdd.handoff.steps import CHUNK, RelayedHandoff
 from sglang_pdd.policy.handoff import HandoffPolicy
 from sglang_pdd.wire.messages import Deferred, Error, Extended, Ready
-
-
-def _main_no_faster(tick: Tick) -> bool:
-    """The router's estimate of MD's seconds per id is no better than RLD's for this request."""
-    return (
-        tick.main_itl_s is not None
-        and tick.relay_itl_s is not None
-        and tick.main_itl_s >= tick.relay_itl_s
-    )
-
 
 # How long MD's ids must have been seen to trust their pace over the router's estimate.
 MAIN_PACE_MIN_S = 0.1
@@ -227,11 +214,6 @@ class HandoffCore:
         if step is None:
             return []
         final = step.kind != CHUNK
-        if final and self.overlap and _main_no_faster(tick):
-            # Overlapping pays only if MD outpaces RLD: RLD's ids streamed while MD answers
-            # are ones MD must remake before the client gets a new one, so an MD no faster
-            # makes a gap larger than holding's. Hold instead (for good: this is one-way).
-            self.overlap = False
         ids = list(self.relay_ids[: step.upto])
         return [SendToMain(ids, final, self.steps.mode, self.steps.chunks)]
 

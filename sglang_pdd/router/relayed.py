@@ -279,8 +279,6 @@ class RelayedPipeline:
         self.record.handoff_mode = action.mode
         self.record.handoff_chunks = action.chunks
         if action.final:
-            # The core may have turned an overlap into a hold (MD no faster than RLD).
-            self.record.handoff_switch = "overlap" if self._core.overlap else "hold"
             self.record.handoff_s = self._since()
             self.record.handoff_tokens = len(action.token_ids)
             if not self._core.overlap:  # held from here: the client's gap starts at its last id

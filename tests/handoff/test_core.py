@@ -375,33 +375,21 @@ OVERLAP_MD_CATCHING_UP_TOO_SLOWLY = [
 OVERLAP_MD_KNOWN_TO_BE_NO_FASTER = [
     (READY, [NoteReady(READY)]),
     (relay(3), [emit(3)]),
-    # The router has seen MD make an id each 25 ms; RLD makes one each 20: the switch holds.
     (Tick(0.0, 0.0, 0.02, 1.0, 0.025), [final(3)]),
-    (relay(5), []),  # held, as --handoff-switch hold
-    (Extended(rid=RID, tokens=3, final=True), [FollowMain(ids(3), [], 2)]),
-]
-
-OVERLAP_MD_KNOWN_TO_BE_FASTER = [
-    (READY, [NoteReady(READY)]),
-    (relay(3), [emit(3)]),
-    (Tick(0.0, 0.0, 0.03, 1.0, 0.02), [final(3)]),
-    (relay(5), [emit(5, 3)]),  # overlapped: RLD streams on
-    (Extended(rid=RID, tokens=3, final=True), []),
+    (relay(6), [emit(6, 3)]),
     (md(4), []),
-    # Its own pace not measured yet (one tick): the router's estimate says it catches up.
-    (Tick(0.05, 0.0, 0.03, 1.0, 0.02), []),
-    (relay(6), [emit(6, 5)]),
-    (md(7), [FollowMain(ids(6), [{"output_ids": ids(7)}], 0)]),
+    # The router has seen MD make an id each 25 ms, RLD makes one each 20: held at MD's
+    # first ids, with no wait for a pace of this request's own.
+    (Tick(0.05, 0.0, 0.02, 1.0, 0.025), []),
+    (relay(7), []),
+    (md(7), [FollowMain(ids(6), [{"output_ids": ids(7)}], 1)]),
 ]
 
 OVERLAP_CASES = {
     "overlap: MD slower than RLD, held at once": OVERLAP_MD_SLOWER_THAN_RLD,
     "overlap: MD faster than RLD, followed with no gap": OVERLAP_MD_FASTER_THAN_RLD,
     "overlap: MD catching up after the bound, held": OVERLAP_MD_CATCHING_UP_TOO_SLOWLY,
-    "overlap: MD known to be no faster: held from the final handoff": (
-        OVERLAP_MD_KNOWN_TO_BE_NO_FASTER
-    ),
-    "overlap: MD known to be faster: overlapped": OVERLAP_MD_KNOWN_TO_BE_FASTER,
+    "overlap: MD known to be no faster, held at its first ids": OVERLAP_MD_KNOWN_TO_BE_NO_FASTER,
     "overlap: MD behind, held for after one handoff gap": OVERLAP_MD_BEHIND,
     "overlap: MD behind, then disagrees while RLD is held": OVERLAP_MD_BEHIND_THEN_DISAGREES,
     "overlap": OVERLAP,
