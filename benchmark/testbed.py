@@ -56,7 +56,7 @@ from sglang_pdd.testbed.workload import (
 )
 from sglang_pdd.transfer.wan_link import WanLinkConfig
 
-CONTENDERS = ("same-dc", "cross-dc", "pdd", "pdd-hold", "pdd-after-relay")
+CONTENDERS = ("same-dc", "cross-dc", "pdd", "pdd-overlap", "pdd-after-relay")
 _KV_LINE = re.compile(r"kv-transfer to=(\S+) bytes=(\d+) .*wan=True")
 
 
@@ -110,9 +110,9 @@ def start_testbed(group: ServerGroup, model: str, link: WanLinkConfig, args) -> 
         "cross-dc": start_smg(group, "smg-cross-dc", p.url, p.bootstrap_port, via_wan).url,
     }
     routers = {"pdd": cluster.router_url}
-    if "pdd-hold" in args.contenders:  # the switch before --handoff-switch overlap
-        routers["pdd-hold"] = start_router(
-            group, cluster, name="router-hold", handoff_switch="hold"
+    if "pdd-overlap" in args.contenders:  # --handoff-switch overlap, beside the default hold
+        routers["pdd-overlap"] = start_router(
+            group, cluster, name="router-overlap", handoff_switch="overlap"
         ).url
     if "pdd-after-relay" in args.contenders:
         routers["pdd-after-relay"] = start_router(

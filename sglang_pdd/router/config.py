@@ -86,8 +86,11 @@ class RouterConfig:
     )
     # handoff/core.py: "overlap" applies to deterministic requests only (greedy, or seeded with
     # --seeded-sampling); any other request switches by holding RLD's ids.
+    # "hold" by default: on the testbed's CPU MD makes ids no faster than RLD, and RLD's ids
+    # streamed while MD answers are ones MD must make again before the client gets a new one,
+    # so overlapping made the gap larger (docs/testbed.md).
     handoff_switch: str = option(
-        "overlap",
+        "hold",
         "how the client moves from RLD's ids to MD's at the final handoff: 'overlap' keeps "
         "RLD streaming until MD's ids (checked against RLD's) are ahead, for greedy and "
         "seeded requests; 'hold' holds RLD's ids back until MD answers (one RTT + extend)",

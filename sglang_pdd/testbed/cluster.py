@@ -31,7 +31,7 @@ class PddClusterConfig:
     dtype: str = "float32"
     wan: WanLinkConfig = WanLinkConfig(bandwidth_mbps=8.0, one_way_delay_ms=100.0)
     handoff_mode: str = "one-shot"
-    handoff_switch: str = "overlap"  # the router's --handoff-switch
+    handoff_switch: str = "hold"  # the router's --handoff-switch (its default)
     catchup_threshold: int = 64
     catchup_chunk: int = 64
     ttft_slo_s: float | None = 0.0  # 0: every request goes P-RLD-MD; None: the router's default

@@ -93,7 +93,7 @@ def test_one_shot_matches_colocated(pdd_cluster, colocated, stream):
         _assert_accounted(record, got.latency_s)
         assert record["relay_tokens"] + record["main_tokens"] == len(expected.output_ids)
         assert got.body["meta_info"]["completion_tokens"] == len(expected.output_ids)
-        assert record["handoff_switch"] == "overlap", record  # greedy, the router's default
+        assert record["handoff_switch"] == "hold", record  # the router's default
         if record["finished_on"] == "main":
             assert record["relay_tokens"] >= record["handoff_tokens"] >= 1, record
             assert record["main_ready_s"] is not None, record
