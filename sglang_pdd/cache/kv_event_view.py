@@ -15,6 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+# The most pages a view keeps (about 200 bytes each). An honest instance publishes no more pages
+# than its KV pool holds (an H200's pool for an 8B model is under a million tokens); past this a
+# publisher is not describing a cache, and the view starts over rather than grow without end.
+MAX_VIEW_PAGES = 1 << 22
+
 
 class _Page:
     __slots__ = ("children", "key", "parent", "hash")
@@ -29,7 +34,9 @@ class _Page:
 class KvEventCacheView:
     """A page-level prefix tree of what one SGLang instance holds in its radix cache."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_pages: int = MAX_VIEW_PAGES) -> None:
+        self.max_pages = max_pages
+        self.overflows = 0  # times the view passed max_pages and started over
         self._root = _Page(None, None, None)
         self._by_hash: dict[int, _Page] = {}
         self.page_size: int | None = None
@@ -87,6 +94,10 @@ class KvEventCacheView:
                 child.hash = block_hash
             self._by_hash[block_hash] = child
             node = child
+        if len(self._by_hash) > self.max_pages:
+            # Under-counting what MD holds only costs a cache hit in the router's choice.
+            self.clear()
+            self.overflows += 1
 
     def _remove(self, block_hash: int) -> None:
         node = self._by_hash.pop(block_hash, None)

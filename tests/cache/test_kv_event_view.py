@@ -62,3 +62,14 @@ def test_decodes_sglang_event_batches():
     for event in events:
         view.apply(event)
     assert view.match([42, 43]) == 1
+
+
+def test_a_view_past_its_page_cap_starts_over_instead_of_growing():
+    view = KvEventCacheView(max_pages=4)
+    view.apply(stored([1, 2, 3], None, [10, 11, 12]))
+    assert (view.pages, view.overflows) == (3, 0)
+    view.apply(stored([4, 5], 3, [13, 14]))  # 5 pages: past the cap
+    assert (view.pages, view.overflows) == (0, 1)
+    assert view.match([10, 11, 12]) == 0  # nothing claimed cached
+    view.apply(stored([1], None, [10]))  # and it rebuilds from the next stores
+    assert view.match([10]) == 1
