@@ -91,7 +91,7 @@ class RelayedPipeline:
             return
         self.site.transfers.mark_warming(main_rid)
         await transfer.dispatch.wait()
-        if transfer.state == DROPPED:  # a later request of this prefix carried it
+        if transfer.state == DROPPED:  # a later request of this prefix carried it, or the cap
             control.forget(main_rid)
             return
         logger.info(

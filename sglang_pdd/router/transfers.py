@@ -25,6 +25,10 @@ from dataclasses import dataclass, field
 from sglang_pdd.transfer.link_model import LinkObservation, LiveLinkModel
 
 DEFERRED, SENDING, LANDED, DROPPED = "deferred", "sending", "landed", "dropped"
+# Deferred warms kept per Main-Decode. A link busy with serving transfers for good would
+# otherwise queue one per relayed request without end; past this the oldest is dropped (MD's
+# cache only misses that warm: a later turn of its session sends what it lacks).
+MAX_DEFERRED_WARMS = 1024
 
 
 @dataclass(eq=False)
@@ -55,7 +59,7 @@ class TransferStats:
     landed: int = 0
     waited: int = 0  # requests that waited for a prefix already on the link
     warms_deferred: int = 0
-    warms_dropped: int = 0  # deferred warms carried by a later request instead
+    warms_dropped: int = 0  # deferred warms carried by a later request, or past the cap
     duplicate_transfers: int = 0  # transfers that carried blocks another one was carrying
     duplicate_blocks: int = 0
     last_error_s: float = 0.0
@@ -134,6 +138,8 @@ class MainTransfers:
         self._by_rid[rid] = t
         self._index(t, add=True)
         if warming:
+            if len(self._warm_queue) >= MAX_DEFERRED_WARMS:
+                self.drop(self._warm_queue[0])
             t.state = DEFERRED
             self._warm_queue.append(t)
             self.stats.warms_deferred += 1

@@ -68,3 +68,17 @@ def test_a_request_carrying_a_deferred_warm_drops_it_and_promotion_sends_it():
     t.promote(other, now=0.5)
     assert other.state == SENDING and not other.warming
     assert t.link.queued_bytes == 800
+
+
+def test_deferred_warms_past_the_cap_drop_the_oldest(monkeypatch):
+    import sglang_pdd.router.transfers as module
+
+    monkeypatch.setattr(module, "MAX_DEFERRED_WARMS", 2)
+    t = transfers()
+    t.start("s", block_hashes(prompt(40, 1), B), 0, 400, now=0.0)  # the link stays busy
+    warms = [
+        t.start(f"w{i}", block_hashes(prompt(40, 2 + i), B), 0, 400, warming=True, now=0.0)
+        for i in range(3)
+    ]
+    assert [w.state for w in warms] == [DROPPED, DEFERRED, DEFERRED]
+    assert warms[0].dispatch.is_set() and t.queued_warms == 2 and t.stats.warms_dropped == 1
