@@ -86,7 +86,11 @@ class HandoffCore:
         self._hold_by: float | None = None  # overlap: hold RLD's ids from then if MD is behind
         self._holding = False  # overlap: RLD's ids held until MD is ahead of the client
         self._main_len = 0  # overlap: how many ids MD's stream has (its cumulative list)
-        self._main_marks: list[tuple[float, int]] = []  # overlap: (tick time, MD's ids)
+        # Overlap: MD's pace, from (tick time, MD's ids) at the first tick that saw its ids and
+        # at the latest tick they had grown, and how many ticks saw them grow.
+        self._main_first: tuple[float, int] | None = None
+        self._main_last: tuple[float, int] | None = None
+        self._main_marks = 0
 
     # -- what the loop reads ----------------------------------------------------------------
     @property
@@ -202,8 +206,10 @@ class HandoffCore:
         if self.switching and self._main_seen:
             if self._hold_by is None:
                 self._hold_by = tick.now + (tick.handoff_gap_s or 0.0)
-            if not self._main_marks or self._main_marks[-1][1] != self._main_len:
-                self._main_marks.append((tick.now, self._main_len))
+            if self._main_last is None or self._main_last[1] != self._main_len:
+                self._main_last = (tick.now, self._main_len)
+                self._main_first = self._main_first or self._main_last
+                self._main_marks += 1
             if tick.now >= self._hold_by or self._main_falls_behind(tick):
                 self._holding = True  # MD has not caught up: the client waits for it
             return []
@@ -221,10 +227,10 @@ class HandoffCore:
         """Overlap: MD's pace will not bring it level with RLD before ``_hold_by``. Its pace:
         measured over this request's ticks once they span ``MAIN_PACE_MIN_S`` (MD's chunks
         cross the WAN in bursts), before that the router's estimate for MD, if any."""
-        if tick.relay_itl_s is None or tick.relay_itl_s <= 0 or not self._main_marks:
+        if tick.relay_itl_s is None or tick.relay_itl_s <= 0 or self._main_first is None:
             return False  # too little to tell: the handoff-gap bound decides
-        (t0, n0), (t1, n1) = self._main_marks[0], self._main_marks[-1]
-        if t1 - t0 >= MAIN_PACE_MIN_S and len(self._main_marks) >= 3:
+        (t0, n0), (t1, n1) = self._main_first, self._main_last
+        if t1 - t0 >= MAIN_PACE_MIN_S and self._main_marks >= 3:
             main_rate = (n1 - n0) / (t1 - t0)
         elif tick.main_itl_s is not None and tick.main_itl_s > 0:
             main_rate = 1 / tick.main_itl_s

@@ -63,11 +63,11 @@ class InstanceHealth:
     def mark_served(self, url: str) -> None:
         """``url`` served its part of a request to the end."""
         breaker = self.breakers.get(url)
-        if breaker is not None and breaker.state == HALF_OPEN:
-            if breaker.succeeded(time.monotonic()) == CLOSED:
-                logger.info("sglang-pdd router: %s serves again: its breaker is closed", url)
-        elif breaker is not None:
-            breaker.succeeded(time.monotonic())
+        if breaker is None:
+            return  # never failed: nothing to count
+        before = breaker.state
+        if breaker.succeeded(time.monotonic()) == CLOSED and before == HALF_OPEN:
+            logger.info("sglang-pdd router: %s serves again: its breaker is closed", url)
 
     def mark_up(self, url: str) -> None:
         """``url``'s ``/health`` answered 200: back in rotation (half-open) if its breaker has

@@ -22,6 +22,17 @@ def _greedy(ids, budget):
     return {"input_ids": ids, "sampling_params": {"temperature": 0.0, "max_new_tokens": budget}}
 
 
+def _still_serves_identically(pdd_cluster, colocated, seed: int) -> None:
+    """MD is up, and a greedy request through the router equals the co-located server's."""
+    assert requests.get(f"{pdd_cluster.main.url}/health", timeout=30).status_code == 200
+    rng = random.Random(seed)
+    ids = [rng.randrange(10, 250) for _ in range(300)]
+    got = generate(pdd_cluster.router_url, _greedy(ids, 32))
+    assert (
+        got.status == 200 and got.output_ids == generate(colocated.url, _greedy(ids, 32)).output_ids
+    )
+
+
 def test_malformed_control_messages_leave_main_decode_serving(pdd_cluster, colocated):
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -45,13 +56,7 @@ def test_malformed_control_messages_leave_main_decode_serving(pdd_cluster, coloc
         assert all(e["event"] == "error" and e["rid"] == "forged.pdd-relayed" for e in errors)
     finally:
         sock.close()
-    assert requests.get(f"{pdd_cluster.main.url}/health", timeout=30).status_code == 200
-    rng = random.Random(77)
-    ids = [rng.randrange(10, 250) for _ in range(300)]
-    got = generate(pdd_cluster.router_url, _greedy(ids, 32))
-    assert (
-        got.status == 200 and got.output_ids == generate(colocated.url, _greedy(ids, 32)).output_ids
-    )
+    _still_serves_identically(pdd_cluster, colocated, seed=77)
 
 
 # One control message as it may arrive from a hostile peer: bytes, a JSON object shaped like
@@ -107,13 +112,7 @@ def test_generated_control_messages_leave_main_decode_serving(pdd_cluster, coloc
     finally:
         sock.close()
     assert len(sent) >= 100, len(sent)
-    assert requests.get(f"{pdd_cluster.main.url}/health", timeout=30).status_code == 200
-    rng = random.Random(79)
-    ids = [rng.randrange(10, 250) for _ in range(300)]
-    got = generate(pdd_cluster.router_url, _greedy(ids, 32))
-    assert (
-        got.status == 200 and got.output_ids == generate(colocated.url, _greedy(ids, 32)).output_ids
-    )
+    _still_serves_identically(pdd_cluster, colocated, seed=79)
 
 
 def test_a_main_decode_with_curve_keys_serves_its_router_and_refuses_other_peers(
