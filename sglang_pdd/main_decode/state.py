@@ -8,7 +8,6 @@ from array import array
 from collections import Counter
 from dataclasses import dataclass
 
-import msgspec
 import zmq
 
 from sglang_pdd.config import is_loopback
@@ -77,6 +76,9 @@ class MainDecodeState:
         control activity that long is ended (``--pdd-parked-ttl-s``). ``curve``: a
         ``control_auth.CurveServer``, or None for an unauthenticated socket."""
         self.vocab_size = vocab_size
+        # KV bytes a token takes in the pool; learnt from the scheduler when the first request
+        # parks, so a "ready" sent again (to a late watch) still says what crossed the WAN.
+        self.token_kv_bytes = 0
         self.idle = IdleClock(ttl_s)
         self.socket = None
         self.auth = None  # CURVE's authenticator thread, when the socket has keys
@@ -284,7 +286,7 @@ class MainDecodeState:
             self.apply_control(batch)
 
     # -- parking --------------------------------------------------------------------------
-    def _ready_event(self, req, kv_bytes: int | None = None) -> Ready:
+    def _ready_event(self, req) -> Ready:
         prompt = len(req.origin_input_ids)
         # match_kv_cache set prefix_len to the decode-side radix hit; P sent the rest.
         cached = int(req.prefix_len or 0)
@@ -294,7 +296,7 @@ class MainDecodeState:
             prompt_tokens=prompt,
             cached_tokens=cached,
             received_tokens=prompt - cached,
-            kv_bytes=kv_bytes,
+            kv_bytes=(prompt - cached) * self.token_kv_bytes,
             # Handed-off ids whose KV is built (Catch-Up chunks): a router that lost an
             # "extended" event in a reconnect learns it from the "ready" its new watch brings.
             extended_tokens=int(getattr(req, "_pdd_extended", 0) or 0),  # ours, set on extend
@@ -312,9 +314,9 @@ class MainDecodeState:
             publish_prompt(scheduler, req)
             self.parked_at[req.rid] = time.time()
             self.idle.touch(req.rid)
-            event = self._ready_event(req)
-            kv_bytes = event.received_tokens * kv_bytes_per_token(scheduler)
-            self._send(msgspec.structs.replace(event, kv_bytes=kv_bytes))
+            if not self.token_kv_bytes:
+                self.token_kv_bytes = kv_bytes_per_token(scheduler)
+            self._send(self._ready_event(req))
             if is_relayed(req.rid):
                 self.parked[req.rid] = req
                 if self._aborted_before_parking(req.rid):

@@ -127,6 +127,12 @@ class RouterConfig:
         "once; more are answered 503 at once, as SGLang's full request queue",
     )
     max_body_mb: float = option(64.0, "the largest request body accepted, in MiB (413 above)")
+    max_prompt_tokens: int = option(
+        0,
+        "prompts of this many tokens or more are answered 400 before any instance sees them "
+        "(0: the prefill servers' own bound, the smallest max_req_input_len their "
+        "/server_info reports, which SGLang refuses at)",
+    )
     api_key: str | None = option(
         None,
         "clients must send 'Authorization: Bearer KEY' (as sglang.launch_server "
@@ -217,6 +223,15 @@ class RouterConfig:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{flag} must be an integer >= 1, got {value!r}")
+        if (
+            isinstance(self.max_prompt_tokens, bool)
+            or not isinstance(self.max_prompt_tokens, int)
+            or self.max_prompt_tokens < 0
+        ):
+            raise ValueError(
+                "--max-prompt-tokens must be an integer >= 0 (0: the prefill servers' bound), "
+                f"got {self.max_prompt_tokens!r}"
+            )
         if not self.max_body_mb > 0:
             raise ValueError(f"--max-body-mb must be > 0, got {self.max_body_mb}")
         if self.handoff_gap_prior_s is not None and not self.handoff_gap_prior_s >= 0:

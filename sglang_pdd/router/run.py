@@ -36,6 +36,13 @@ class ClientRun:
             # (SGLang 0.5.23's abort task reads a field the failed request never got).
             why = "input_ids cannot be empty (the prompt has no tokens)."
             raise UpstreamError(400, {"error": {"message": why, "code": 400}})
+        if len(input_ids) >= state.max_prompt_tokens:
+            why = (
+                f"The input ({len(input_ids)} tokens) is longer than the model's context length "
+                f"allows: prompts must have fewer than {state.max_prompt_tokens} tokens "
+                "(--max-prompt-tokens; by default the prefill servers' max_req_input_len)."
+            )
+            raise UpstreamError(400, {"error": {"message": why, "code": 400}})
         if bad := out_of_vocab(input_ids, state.vocab_size):
             # A plain SGLang 0.5.23 server's scheduler dies on such an id (an IndexError in
             # the embedding): refuse it before any instance sees it.

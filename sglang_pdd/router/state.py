@@ -78,6 +78,7 @@ class RouterState:
         self.server_info: dict = {}
         self.tokenizer = None
         self.vocab_size = 0  # ids at or above it are refused (SGLang's scheduler dies on them)
+        self.max_prompt_tokens = 0  # prompts this long or longer are refused (start() sets it)
         self.kv_bytes_per_token = 0
         # Relay-Decode's live load per URL, polled from SGLang's /v1/loads.
         self.relay_loads: dict[str, float] = {}
@@ -105,10 +106,15 @@ class RouterState:
             ),
             headers=upstream_headers(self.config.instance_api_key),
         )
+        prefill_bounds = []
         for url in self.config.prefill:
             info = await self._get(f"{url}/get_server_info")
             host = url.split("://", 1)[1].rsplit(":", 1)[0]
             self.bootstrap[url] = (host, int(info["disaggregation_bootstrap_port"]))
+            # SGLang's scheduler refuses prompts this long (context and pool bound): refusing
+            # them here spares tokenizing, planning and three sub-requests for a sure error.
+            prefill_bounds.append(int(info["max_req_input_len"]))
+        self.max_prompt_tokens = self.config.max_prompt_tokens or min(prefill_bounds)
         main0 = self.config.main[0].url
         self.model_info = await self._get(f"{main0}/get_model_info")
         self.server_info = await self._get(f"{main0}/get_server_info")

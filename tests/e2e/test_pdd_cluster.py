@@ -447,7 +447,9 @@ def test_bad_input_gets_sglang_errors_and_cluster_keeps_serving(pdd_cluster, col
     plain = requests.post(colocated.url + "/generate", json=too_long, timeout=120)
     via_pdd = requests.post(router + "/generate", json=too_long, timeout=120)
     assert plain.status_code >= 400 and via_pdd.status_code == plain.status_code
-    assert "context" in via_pdd.text.lower() or "length" in via_pdd.text.lower()
+    assert "context length" in via_pdd.text, via_pdd.text
+    # Refused by the router itself, at the bound P's /server_info reports (max_req_input_len).
+    assert "--max-prompt-tokens" in via_pdd.text, via_pdd.text
     # An id outside the vocabulary kills a plain SGLang 0.5.23 scheduler (IndexError in the
     # embedding); the router refuses it before any instance sees it.
     beyond = {"input_ids": [5, 10**6], "sampling_params": {"max_new_tokens": 4}}

@@ -183,3 +183,27 @@ def test_a_message_whose_handling_raises_is_answered_and_the_next_one_is_handled
     finally:
         router.close()
         state.socket.close()
+
+
+def test_a_watch_after_parking_gets_a_ready_that_still_counts_the_wan_bytes():
+    """The router's watch can reach MD after the request's KV landed (a slow control link):
+    the "ready" MD sends then must carry the same byte count the first one did."""
+    from types import SimpleNamespace
+
+    port = free_port()
+    state = MainDecodeState(port, host="127.0.0.1", vocab_size=100)
+    state.token_kv_bytes = 1000  # as park_arrivals learns it from the pool
+    router = _peer(port, b"router-a")
+    rid = "late.pdd-relayed"
+    try:
+        state.parked[rid] = SimpleNamespace(
+            rid=rid, origin_input_ids=list(range(50)), prefix_len=20
+        )
+        state.parked_at[rid] = 0.0
+        _deliver(state, router, encode(Watch(rid=rid)))
+        reply = _reply(router)
+        assert reply["event"] == "ready", reply
+        assert (reply["received_tokens"], reply["kv_bytes"]) == (30, 30 * 1000), reply
+    finally:
+        router.close()
+        state.socket.close()

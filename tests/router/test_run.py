@@ -32,3 +32,19 @@ def test_an_empty_prompt_is_refused_before_any_instance_sees_it():
     assert refused.value.status == 400
     assert "input_ids cannot be empty" in refused.value.body["error"]["message"]
     assert state.live == {}
+
+
+def test_a_prompt_at_the_prefill_bound_is_refused_before_any_instance_sees_it():
+    from types import SimpleNamespace
+
+    import pytest
+
+    from sglang_pdd.router.run import ClientRun
+    from sglang_pdd.router.upstream import UpstreamError
+
+    state = SimpleNamespace(live={}, vocab_size=100, max_prompt_tokens=8)
+    with pytest.raises(UpstreamError) as refused:
+        ClientRun(state, [1] * 8, {"max_new_tokens": 4}, {})
+    message = refused.value.body["error"]["message"]
+    assert refused.value.status == 400 and "(8 tokens)" in message and "fewer than 8" in message
+    assert "--max-prompt-tokens" in message and state.live == {}
