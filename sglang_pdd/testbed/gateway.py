@@ -31,8 +31,10 @@ def start_smg(
     decode_url: str,
     timeout: float = 120.0,
 ) -> ServerProcess:
-    """Start ``smg`` serving SGLang PD over one prefill and one decode server; wait until it
-    answers (it health-checks its workers at start)."""
+    """Start ``smg`` serving SGLang PD over one prefill and one decode server; wait until its
+    ``/readiness`` answers 200, which it does once its workers passed their health checks
+    (its ``/health`` is 200 from the start, while a request would still get 503 "No prefill
+    workers available")."""
     port = free_port()
     cmd = [
         smg_command(),
@@ -57,5 +59,5 @@ def start_smg(
         str(free_port()),
     ]
     server = group.launch_command(name, cmd, port)
-    group.wait_ready(server, timeout=timeout, path="/health")
+    group.wait_ready(server, timeout=timeout, path="/readiness")
     return server
