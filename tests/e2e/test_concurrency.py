@@ -68,7 +68,16 @@ def test_concurrent_sessions_match_colocated_without_duplicate_transfers(pdd_clu
     wait_router_settled(router)
     after = next(iter(_info(router)["mains"].values()))
     assert after["duplicate_transfers"] == before["duplicate_transfers"]
-    assert after["transfer_waits"] > before["transfer_waits"]
+    # The shared system prompt crossed the WAN once: every first turn but the one that sent it
+    # found it in MD's cache when its KV landed. Whether such a turn waited for the transfer
+    # carrying it (transfer_waits) or claimed after that transfer had landed depends on how fast
+    # P's queue drains, so neither path is asserted alone.
+    landed = [
+        r.record for r in results if r.turn == 0 and r.record["main_cached_tokens"] is not None
+    ]
+    assert len(landed) >= 2, [r.record for r in results if r.turn == 0]
+    sharing = sorted(rec["main_cached_tokens"] for rec in landed)[1:]
+    assert all(cached >= 512 for cached in sharing), landed
     assert after["link_queued_bytes"] == 0 and after["deferred_warms"] == 0
     metrics = requests.get(f"{router}/metrics", timeout=30).text
     for name in (
