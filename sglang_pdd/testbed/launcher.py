@@ -212,6 +212,28 @@ def core_count(cpus: str) -> int:
     return n
 
 
+MOONCAKE_PORTS = 10  # a Mooncake engine binds two (handshake, data); ports.py keeps 10 apart
+
+
+def server_env(spec: ServerSpec, mooncake_port: int) -> dict[str, str]:
+    """The environment of ``spec``'s server: this process's, the CPU settings, Mooncake's ports
+    from ``mooncake_port`` (``MOONCAKE_PORTS`` of them) and then ``spec.env``, which wins.
+
+    Mooncake draws its handshake and data ports at random from 15000-17000 by default. A test
+    session starts and kills many decode servers on one host; when a new one draws the data
+    port of one killed earlier, Prefill's Mooncake still holds pooled connections to that
+    port and its first transfer fails on them ("failed to read WRITE ack frame", seen in CI).
+    Ports from ``free_port`` are never handed out twice in a process, so neither are these.
+    """
+    env = {**os.environ, **(CPU_ENV if spec.cpu else {})}
+    env["MC_MIN_PRC_PORT"] = str(mooncake_port)
+    env["MC_MAX_PRC_PORT"] = str(mooncake_port + MOONCAKE_PORTS - 1)
+    env.update(dict(spec.env))
+    if spec.cpus:
+        env["OMP_NUM_THREADS"] = str(core_count(spec.cpus))
+    return env
+
+
 @dataclass
 class ServerGroup:
     """Servers launched together and torn down together (a context manager)."""
@@ -236,9 +258,7 @@ class ServerGroup:
     def _spawn(
         self, spec: ServerSpec, port: int, bootstrap_port: int | None, log_mode: str
     ) -> ServerProcess:
-        env = {**os.environ, **(CPU_ENV if spec.cpu else {}), **dict(spec.env)}
-        if spec.cpus:
-            env["OMP_NUM_THREADS"] = str(core_count(spec.cpus))
+        env = server_env(spec, free_port())
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{spec.name}.log"
         with open(log_path, log_mode) as log:

@@ -9,7 +9,7 @@ import sys
 import textwrap
 import time
 
-from sglang_pdd.testbed.launcher import ServerSpec, build_command
+from sglang_pdd.testbed.launcher import ServerSpec, build_command, server_env
 from sglang_pdd.testbed.ports import free_port
 
 
@@ -17,6 +17,20 @@ def test_free_ports_are_distinct_and_spaced():
     ports = [free_port() for _ in range(20)]
     assert len(set(ports)) == 20
     assert all(abs(a - b) > 10 for i, a in enumerate(ports) for b in ports[i + 1 :])
+
+
+def test_each_server_gets_mooncake_ports_no_other_server_had():
+    """A decode server started after another was killed must not draw its Mooncake ports:
+    Prefill's pooled connections to the dead one would fail its first transfer."""
+    spec = ServerSpec("d", "/m", role="decode")
+    ranges = []
+    for _ in range(20):
+        env = server_env(spec, free_port())
+        ranges.append(set(range(int(env["MC_MIN_PRC_PORT"]), int(env["MC_MAX_PRC_PORT"]) + 1)))
+    assert all(len(r) >= 2 for r in ranges)  # a handshake port and a data port
+    assert all(not (a & b) for i, a in enumerate(ranges) for b in ranges[i + 1 :])
+    pinned = ServerSpec("d", "/m", env=(("MC_MIN_PRC_PORT", "15000"),))
+    assert server_env(pinned, free_port())["MC_MIN_PRC_PORT"] == "15000"  # spec.env wins
 
 
 def test_free_ports_lie_below_the_ephemeral_range():
