@@ -21,7 +21,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sglang_pdd.testbed.ports import free_port
+from sglang_pdd.testbed.ports import SPACING, free_port
 
 ROLES = ("colocated", "prefill", "decode")
 
@@ -212,7 +212,8 @@ def core_count(cpus: str) -> int:
     return n
 
 
-MOONCAKE_PORTS = 10  # a Mooncake engine binds two (handshake, data); ports.py keeps 10 apart
+# A Mooncake engine binds two of these (handshake, data); free_port keeps them to this server.
+MOONCAKE_PORTS = SPACING
 
 
 def server_env(spec: ServerSpec, mooncake_port: int) -> dict[str, str]:

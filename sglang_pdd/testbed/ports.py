@@ -17,6 +17,9 @@ from pathlib import Path
 _lock = threading.Lock()
 _handed_out: set[int] = set()
 _LOWEST = 10_000
+# Ports handed out lie more than this apart: SGLang derives a few internal ports from the HTTP
+# port, and the launcher gives each server a Mooncake range of this many ports from its own.
+SPACING = 10
 _RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
@@ -48,8 +51,7 @@ def free_port(host: str = "127.0.0.1") -> int:
                 with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
                     sock.bind((host, 0))
                     port = sock.getsockname()[1]
-            # SGLang derives a few internal ports from the HTTP port; keep a gap of 10.
-            if all(abs(port - used) > 10 for used in _handed_out) and _bindable(host, port):
+            if all(abs(port - used) > SPACING for used in _handed_out) and _bindable(host, port):
                 _handed_out.add(port)
                 return port
     raise RuntimeError("could not find a free TCP port after 1000 tries")
