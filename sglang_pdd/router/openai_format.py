@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 from sglang_pdd.router.upstream import UpstreamError
@@ -38,7 +39,32 @@ def sampling_params(body: dict, default_max_tokens: int | None) -> dict:
     params = {_SAMPLING[k]: v for k, v in body.items() if k in _SAMPLING and v is not None}
     if "max_new_tokens" not in params and default_max_tokens is not None:
         params["max_new_tokens"] = default_max_tokens
+    if (schema := response_format_schema(body.get("response_format"))) is not None:
+        params["json_schema"] = schema
     return params
+
+
+def response_format_schema(response_format: dict | None) -> str | None:
+    """The ``json_schema`` sampling parameter SGLang derives from an OpenAI ``response_format``
+    (``ChatCompletionRequest.to_sampling_params``; checked against it by the unit tests), or
+    None for none or ``text``. The body was validated (``request_model.ResponseFormat``)."""
+    if not response_format:
+        return None
+    kind = response_format["type"]
+    if kind == "json_object":
+        return '{"type": "object"}'
+    if kind != "json_schema":
+        return None
+    inner = response_format.get("json_schema")
+    if inner is not None:
+        schema = inner["schema"]
+    else:  # SGLang's (chat) extension: the schema given at response_format.schema
+        schema = dict(response_format["schema"])
+        properties = schema.get("properties")
+        if isinstance(properties, dict) and "strict" in properties:
+            # SGLang reads a "strict" property as the strict flag and drops it from the schema
+            schema["properties"] = {k: v for k, v in properties.items() if k != "strict"}
+    return json.dumps(schema)
 
 
 def completion_prompt(body: dict, tokenizer) -> list[int]:

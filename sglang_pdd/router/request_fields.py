@@ -65,15 +65,17 @@ OPENAI_FIELDS = frozenset(
         "logprobs",
         "top_logprobs",
         "n",
+        "response_format",
     }
 )
 
 # /generate's sampling_params the router carries across the handoff. Penalties and
 # min_new_tokens are carried because MD counts the handed-off ids into SGLang's penalizers
-# (sglang_pdd.main_decode.penalties); grammars because MD advances the request's grammar over
-# them (sglang_pdd.main_decode.extend.advance_grammar); logit_bias is static per request.
-# Refused: ebnf and structural_tag (the same mechanism, not tested), custom logit processors,
-# stop_regex (untested across the handoff), beam search and watermarks.
+# (sglang_pdd.main_decode.penalties); grammars (json_schema, regex, ebnf, structural_tag: one
+# xgrammar matcher each) because MD advances the request's grammar over them
+# (sglang_pdd.main_decode.extend.advance_grammar); logit_bias is static per request.
+# Refused: custom logit processors, stop_regex (untested across the handoff), beam search and
+# watermarks.
 SAMPLING_FIELDS = frozenset(
     {
         "max_new_tokens",
@@ -96,6 +98,8 @@ SAMPLING_FIELDS = frozenset(
         "logit_bias",
         "json_schema",
         "regex",
+        "ebnf",
+        "structural_tag",
     }
 )
 

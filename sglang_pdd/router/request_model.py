@@ -10,7 +10,7 @@ the work one request can ask for (``RequestLimits``, from the router's flags).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -58,6 +58,8 @@ class SamplingParams(msgspec.Struct):
     logit_bias: dict[str, float] | None = None
     json_schema: str | None = None
     regex: str | None = None
+    ebnf: str | None = None
+    structural_tag: str | None = None
 
 
 class GenerateRequest(msgspec.Struct):
@@ -71,6 +73,24 @@ class GenerateRequest(msgspec.Struct):
     return_logprob: bool | None = None
     top_logprobs_num: NonNegInt | None = None
     return_text_in_logprobs: bool | None = None
+
+
+class JsonSchemaFormat(msgspec.Struct):
+    """OpenAI ``response_format.json_schema`` (SGLang's ``JsonSchemaResponseFormat``)."""
+
+    name: str
+    description: str | None = None
+    schema: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ResponseFormat(msgspec.Struct):
+    """OpenAI ``response_format`` (SGLang's ``ResponseFormat``). SGLang also accepts the schema
+    at ``response_format.schema``; its ``structural_tag`` type is refused by the router."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+    schema: dict[str, Any] | None = None
 
 
 class OpenAIRequest(msgspec.Struct):
@@ -102,6 +122,7 @@ class OpenAIRequest(msgspec.Struct):
     logprobs: bool | NonNegInt | None = None
     top_logprobs: NonNegInt | None = None
     user: str | None = None
+    response_format: ResponseFormat | None = None
 
 
 class InvalidRequest(ValueError):
@@ -205,3 +226,12 @@ def validate_openai(body: dict, limits: RequestLimits) -> None:
         raise bad_request("top_k: must be -1 (no limit) or >= 1, got 0")
     if req.n is not None and req.n > limits.max_n:
         raise bad_request(f"n: at most {limits.max_n} (--max-n), got {req.n}")
+    fmt = req.response_format
+    if fmt is not None and fmt.type == "json_schema":
+        # SGLang reads response_format.schema only when json_schema is absent
+        given = fmt.schema if fmt.json_schema is None else fmt.json_schema.schema
+        if given is None:
+            raise bad_request(
+                "response_format.json_schema.schema: required when response_format.type is "
+                "'json_schema'"
+            )

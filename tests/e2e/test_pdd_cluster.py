@@ -494,8 +494,6 @@ def test_fields_the_router_cannot_serve_are_refused(pdd_cluster):
     assert resp.status_code == 400 and "tools" in resp.json()["message"]
     # Sampling state MD would not carry across the handoff: refused by name.
     for name, value in (
-        ("structural_tag", '{"type": "structural_tag"}'),
-        ("ebnf", 'root ::= "a"'),
         ("stop_regex", "[a-z]+"),
         ("custom_params", {"x": 1}),
     ):

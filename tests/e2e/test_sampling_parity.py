@@ -250,3 +250,90 @@ def test_seeded_sampling_across_handoffs(
             )
         assert got.body["meta_info"]["pdd"]["finished_on"] == "main", got.body["meta_info"]
         assert got.output_ids == expected.output_ids, i
+
+
+PERSON_EBNF = r"""root ::= "(" word ("," " " word)* ")"
+word ::= [a-z] [a-z]*"""
+PERSON_TAG = json.dumps(
+    {
+        "type": "structural_tag",
+        "format": {
+            "type": "sequence",
+            "elements": [
+                {"type": "const_string", "value": "<person>"},
+                {"type": "json_schema", "json_schema": json.loads(PERSON_SCHEMA)},
+                {"type": "const_string", "value": "</person>"},
+            ],
+        },
+    }
+)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
+def test_ebnf_and_structural_tags_carried_across_one_shot_handoffs(
+    held_router, held_links, colocated, stream
+):
+    """The handoff lands inside EBNF- and structural-tag-constrained output (the tag's format
+    applies from the first id); MD's xgrammar matcher has advanced over the handed-off ids."""
+    on_main = 0
+    for i, prompt in enumerate(varied_prompts(2, seed=85)):
+        for constraint, at in (
+            ({"ebnf": PERSON_EBNF}, (2, 9)[i]),
+            ({"structural_tag": PERSON_TAG}, (5, 14)[i]),
+        ):
+            body = {
+                "text": prompt,
+                "sampling_params": {"temperature": 0.0, "max_new_tokens": 40, **constraint},
+            }
+            expected = generate(colocated.url, body)
+            assert expected.status == 200, expected.body
+            if "structural_tag" in constraint:  # the grammar is in force in the reference
+                assert expected.body["text"].startswith("<person>"), expected.body["text"]
+            else:
+                assert expected.body["text"].startswith("("), expected.body["text"]
+            got = generate_with_handoff_at(
+                held_router.url,
+                held_links,
+                body,
+                stream=stream,
+                relay_tokens=at,
+                may_end_on_relay=True,
+            )
+            assert got.status == 200, got.body
+            assert got.output_ids == expected.output_ids, (constraint, at)
+            assert got.body["text"] == expected.body["text"]
+            if got.body["meta_info"]["pdd"]["finished_on"] == "main":
+                on_main += 1
+    assert on_main >= 2, on_main
+
+
+@pytest.mark.parametrize("kind", ["chat", "completion"])
+def test_openai_response_format_matches_colocated(pdd_cluster, colocated, kind):
+    """OpenAI structured output (``response_format`` json_schema and json_object) through the
+    router equals SGLang's own OpenAI server's answer, across P-RLD-MD."""
+    formats = (
+        {
+            "type": "json_schema",
+            "json_schema": {"name": "person", "schema": json.loads(PERSON_SCHEMA)},
+        },
+        {"type": "json_object"},
+    )
+    for prompt, response_format in zip(varied_prompts(2, seed=87), formats, strict=True):
+        body = {"max_tokens": 40, "temperature": 0, "response_format": response_format}
+        if kind == "chat":
+            path, body = (
+                "/v1/chat/completions",
+                {**body, "messages": [{"role": "user", "content": prompt}]},
+            )
+        else:
+            path, body = "/v1/completions", {**body, "prompt": prompt}
+        ours = requests.post(pdd_cluster.router_url + path, json=body, timeout=300)
+        theirs = requests.post(colocated.url + path, json=body, timeout=300)
+        assert ours.status_code == 200, ours.text
+        assert theirs.status_code == 200, theirs.text
+        text = lambda r: r.json()["choices"][0]["message" if kind == "chat" else "text"]  # noqa: E731
+        ours_text, theirs_text = text(ours), text(theirs)
+        if kind == "chat":
+            ours_text, theirs_text = ours_text["content"], theirs_text["content"]
+        assert ours_text == theirs_text
+        assert theirs_text.lstrip().startswith("{"), theirs_text  # the constraint is in force

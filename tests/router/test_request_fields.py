@@ -40,8 +40,9 @@ def test_openai_fields():
         "tools": [],
         "temperature": 0,
         "response_format": {"type": "json_object"},
+        "suffix": "x",
     }
-    assert unsupported_fields(body, OPENAI_FIELDS) == ["response_format"]  # tools: [] is off
+    assert unsupported_fields(body, OPENAI_FIELDS) == ["suffix"]  # tools: [] is off
     assert unsupported_fields({"prompt": "p", "n": 1, "echo": False}, OPENAI_FIELDS) == []
 
 
