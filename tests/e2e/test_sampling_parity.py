@@ -161,6 +161,23 @@ PERSON_SCHEMA = json.dumps(
 )
 
 
+def _constrained_handoff(router, links, colocated, prompt, constraint, at, stream, budget):
+    """(the co-located answer, PDD's with the handoff after ``at`` ids) to one greedy prompt
+    under ``constraint``; PDD's must equal the co-located one, id for id and in text."""
+    body = {
+        "text": prompt,
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": budget, **constraint},
+    }
+    expected = generate(colocated.url, body)
+    got = generate_with_handoff_at(
+        router.url, links, body, stream=stream, relay_tokens=at, may_end_on_relay=True
+    )
+    assert got.status == 200, got.body
+    assert got.output_ids == expected.output_ids, (constraint, at)
+    assert got.body["text"] == expected.body["text"]
+    return expected, got
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
 def test_grammars_carried_across_one_shot_handoffs(held_router, held_links, colocated, stream):
     """The handoff lands inside regex- and JSON-schema-constrained output; MD's grammar has
@@ -171,22 +188,9 @@ def test_grammars_carried_across_one_shot_handoffs(held_router, held_links, colo
             ({"regex": PERSON_REGEX}, (1, 3, 6)[i]),
             ({"json_schema": PERSON_SCHEMA}, (4, 12, 25)[i]),
         ):
-            body = {
-                "text": prompt,
-                "sampling_params": {"temperature": 0.0, "max_new_tokens": 48, **constraint},
-            }
-            expected = generate(colocated.url, body)
-            got = generate_with_handoff_at(
-                held_router.url,
-                held_links,
-                body,
-                stream=stream,
-                relay_tokens=at,
-                may_end_on_relay=True,
+            expected, got = _constrained_handoff(
+                held_router, held_links, colocated, prompt, constraint, at, stream, budget=48
             )
-            assert got.status == 200, got.body
-            assert got.output_ids == expected.output_ids, (constraint, at)
-            assert got.body["text"] == expected.body["text"]
             record = got.body["meta_info"]["pdd"]
             if record["finished_on"] == "main":
                 on_main += 1
@@ -281,27 +285,13 @@ def test_ebnf_and_structural_tags_carried_across_one_shot_handoffs(
             ({"ebnf": PERSON_EBNF}, (2, 9)[i]),
             ({"structural_tag": PERSON_TAG}, (5, 14)[i]),
         ):
-            body = {
-                "text": prompt,
-                "sampling_params": {"temperature": 0.0, "max_new_tokens": 40, **constraint},
-            }
-            expected = generate(colocated.url, body)
-            assert expected.status == 200, expected.body
-            if "structural_tag" in constraint:  # the grammar is in force in the reference
-                assert expected.body["text"].startswith("<person>"), expected.body["text"]
-            else:
-                assert expected.body["text"].startswith("("), expected.body["text"]
-            got = generate_with_handoff_at(
-                held_router.url,
-                held_links,
-                body,
-                stream=stream,
-                relay_tokens=at,
-                may_end_on_relay=True,
+            expected, got = _constrained_handoff(
+                held_router, held_links, colocated, prompt, constraint, at, stream, budget=40
             )
-            assert got.status == 200, got.body
-            assert got.output_ids == expected.output_ids, (constraint, at)
-            assert got.body["text"] == expected.body["text"]
+            assert expected.status == 200, expected.body
+            # the grammar is in force in the reference
+            opening = "<person>" if "structural_tag" in constraint else "("
+            assert expected.body["text"].startswith(opening), expected.body["text"]
             if got.body["meta_info"]["pdd"]["finished_on"] == "main":
                 on_main += 1
     assert on_main >= 2, on_main
