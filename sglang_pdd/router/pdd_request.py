@@ -239,6 +239,10 @@ class PddRequestRun(RelayedPipeline):
             self._counted = False
             self.router.prefill_active[self.prefill_url] -= 1
 
+    def _main_prefill_done(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is None:
+            self.record.main_prefill_s = self._since()
+
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()

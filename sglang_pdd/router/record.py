@@ -38,6 +38,8 @@ class PddRecord:
     finished_on: str = ""
     # Where the answer's time went (seconds since the router received the request):
     prefill_s: float | None = None  # P answered its sub-request (P's queue, prefill, KV sent)
+    # P answered MD's sub-request of P-RLD-MD (MD had the request and P had sent its KV)
+    main_prefill_s: float | None = None
     relay_last_s: float | None = None  # RLD's last id sent to the client
     main_first_s: float | None = None  # MD's first id sent to the client
     e2e_s: float | None = None  # the last id sent (the request's end)

@@ -65,7 +65,12 @@ class RelayedPipeline:
         ready = take_ready_event(events)
         if ready is not None and self.record.main_ready_s is None:
             late = {"wan_bytes": ready.kv_bytes or 0, "main_cached_tokens": ready.cached_tokens}
-            logger.info("pdd-late-transfer rid=%s %s", self.rid, json.dumps(late))
+            logger.info(
+                "pdd-late-transfer rid=%s instance_rid=%s %s",
+                self.rid,
+                self.ids.rid,
+                json.dumps(late),
+            )
             self.router.metrics.wan_bytes.inc(late["wan_bytes"])
         if ready is not None:
             self._main_ended()
@@ -151,6 +156,7 @@ class RelayedPipeline:
             # when the prefill ends, as a radix hit.
             prefill1.add_done_callback(lambda _t: self.site.transfers.restart_clock(main_rid))
             prefill2 = self._spawn(self._prefill(self.ids.prefill_for_main, room2))
+            prefill2.add_done_callback(self._main_prefill_done)
             main_q = self._stream_into_queue(
                 self.main.url, self._sub_body(main_rid, room2), parked=True
             )
@@ -189,6 +195,7 @@ class RelayedPipeline:
                     # P's KV for room 1 is out; room 2 is now a radix hit on P (the gate
                     # registered its transfer).
                     prefill2 = self._spawn(self._prefill(self.ids.prefill_for_main, room2))
+                    prefill2.add_done_callback(self._main_prefill_done)
                     main_q = self._stream_into_queue(
                         self.main.url, self._sub_body(main_rid, room2), parked=True
                     )

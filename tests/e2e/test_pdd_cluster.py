@@ -165,6 +165,15 @@ def test_overlapped_switch_matches_colocated(
                 future = pool.submit(generate, overlap_router.url, body, stream)
                 wait_held(held_links, future, "8 ids from Relay-Decode")
                 held = held_links.relay.held_ids
+                # MD has its request and its KV (P answered MD's sub-request) before its link
+                # stalls: stalled earlier, it would hold the request itself, and MD never ready.
+                wait_for_record(
+                    overlap_router.url,
+                    body["rid"],
+                    future,
+                    lambda r: r["main_prefill_s"] is not None,
+                    "MD's KV sent",
+                )
                 http.link("stall")  # MD will decode, its ids wait in the link
                 try:
                     held_links.control.resume()  # MD's ready reaches the router: it hands off
