@@ -298,6 +298,11 @@ SURFACE: tuple[Use, ...] = (
     *_methods(_ALLOC, "BaseTokenToKVPoolAllocator", _STATE, "get_kvcache"),
     *_attrs(_POOL, "KVCache", _STATE, "size", "page_size"),
     *_methods(_POOL, "MHATokenToKVPool", _STATE, "get_kv_size_bytes"),
+    # -- environment knobs the testbed sets (testbed/launcher.py CPU_ENV) -------------------
+    *(
+        _use(CLASS_ATTR, "sglang.srt.environ", f"Envs.{name}", "testbed/launcher.py")
+        for name in ("SGLANG_PYSPY_DUMP_BEFORE_CRASH", "SGLANG_CUDA_COREDUMP_BEFORE_CRASH")
+    ),
     # -- KV transfer (Mooncake) -------------------------------------------------------------
     _use(
         CLASS_ATTR,

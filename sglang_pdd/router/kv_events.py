@@ -66,13 +66,17 @@ class KvEventSubscriber:
         self._last_seq: int | None = None
         self.batches = 0
         self.gaps = 0  # sequence numbers skipped (events lost: the view may be stale)
+        self.resyncs = 0  # gaps after which the view was emptied (it holds nothing stale)
         self.bad_events = 0  # events the view could not apply (skipped, logged)
         self.listeners: list = []  # callables run after each batch (e.g. wake waiters)
 
-    def start(self) -> None:
+    def start(self, counting_failures_of=None) -> None:
+        """Start reading (``counting_failures_of(task)``: an ``on_failure`` for the loop)."""
         if self._task is None:
+            name = f"KV events of {self.endpoint}"
+            on_failure = counting_failures_of(name) if counting_failures_of else None
             self._task = asyncio.get_running_loop().create_task(
-                supervise(f"KV events of {self.endpoint}", self._run)
+                supervise(name, self._run, on_failure=on_failure)
             )
 
     async def _run(self) -> None:
@@ -89,8 +93,15 @@ class KvEventSubscriber:
             seq = int.from_bytes(seq_bytes, "big", signed=True)
             if self._last_seq is not None and seq > self._last_seq + 1:
                 self.gaps += seq - self._last_seq - 1
+                # The lost batches may have removed pages the view still holds: a view that
+                # claims a prefix MD evicted plans too small a transfer. Start again from
+                # nothing; what MD stores from now on rebuilds it (a view that claims too
+                # little only costs bytes, never a wrong answer: MD asks P for what it lacks).
+                self.view.clear()
+                self.resyncs += 1
                 logger.warning(
-                    "sglang-pdd router: %d KV event batches from %s were lost",
+                    "sglang-pdd router: %d KV event batches from %s were lost; "
+                    "the cache view starts again from empty",
                     seq - self._last_seq - 1,
                     self.endpoint,
                 )

@@ -70,13 +70,17 @@ class MainControlClient:
         # even for requests whose own loop reads its queue later).
         self.listeners: list = []
 
-    def start(self) -> None:
+    def start(self, counting_failures_of=None) -> None:
+        """Start the event reader and the re-watcher (``counting_failures_of(task)``: an
+        ``on_failure`` for each, e.g. a metrics counter)."""
         if self._reader is None:
             loop = asyncio.get_running_loop()
-            name = f"control events of {self.endpoint}"
-            self._reader = loop.create_task(supervise(name, self._read_events))
-            name = f"control re-watch of {self.endpoint}"
-            self._rewatcher = loop.create_task(supervise(name, self._rewatch_on_reconnect))
+            for attr, name, run in (
+                ("_reader", f"control events of {self.endpoint}", self._read_events),
+                ("_rewatcher", f"control re-watch of {self.endpoint}", self._rewatch_on_reconnect),
+            ):
+                on_failure = counting_failures_of(name) if counting_failures_of else None
+                setattr(self, attr, loop.create_task(supervise(name, run, on_failure=on_failure)))
 
     async def _rewatch_on_reconnect(self) -> None:
         while True:

@@ -80,10 +80,12 @@ class MainSite:
     def url(self) -> str:
         return self.endpoint.url
 
-    def start(self) -> None:
-        self.control.start()
+    def start(self, counting_failures_of=None) -> None:
+        """Start the control reader and KV-event subscriber; ``counting_failures_of(task)``
+        gives each supervised loop its ``on_failure`` (the router's metrics)."""
+        self.control.start(counting_failures_of)
         if self.subscriber is not None:
-            self.subscriber.start()
+            self.subscriber.start(counting_failures_of)
 
     async def close(self) -> None:
         await self.control.close()

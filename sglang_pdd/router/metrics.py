@@ -124,6 +124,11 @@ class RouterMetrics:
             "output_tokens", "output tokens streamed, by the instance that made them", "instance"
         )
         self.wan_bytes = counter("wan_bytes", "KV bytes Main-Decode received")
+        self.background_failures = counter(
+            "background_task_failures",
+            "failures of the router's background tasks (each logged, the task run again)",
+            "task",
+        )
         self.failed = counter(
             "requests_failed", "client requests that ended with an error, by HTTP status", "status"
         )
@@ -156,6 +161,12 @@ class RouterMetrics:
         r.register(_SiteCollector(mains))
         if roles is not None and health is not None:
             r.register(_InstanceCollector(roles, health))
+
+    def counting_failures_of(self, task: str):
+        """An ``on_failure`` for ``supervise``: counts each failure of ``task`` in
+        ``sglang_pdd:background_task_failures_total``."""
+        counter = self.background_failures.labels(task)
+        return lambda _exc: counter.inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

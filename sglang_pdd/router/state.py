@@ -119,7 +119,7 @@ class RouterState:
         self.model_info = await self._get(f"{main0}/get_model_info")
         self.server_info = await self._get(f"{main0}/get_server_info")
         for site in self.mains.values():
-            site.start()
+            site.start(self.metrics.counting_failures_of)
         # Decode servers that stream only new ids (--incremental-streaming-output).
         for url in [*self.config.relay, *self.mains]:
             info = await self._get(f"{url}/get_server_info")
@@ -137,15 +137,15 @@ class RouterState:
         loop = asyncio.get_running_loop()
         if self.config.relay:
             self._load_poller = loop.create_task(
-                supervise("Relay-Decode load poller", self._poll_relay_loads)
+                self._supervised("Relay-Decode load poller", self._poll_relay_loads)
             )
         self._health_probe = loop.create_task(
-            supervise("instance health probe", lambda: self.health.probe(self.session))
+            self._supervised("instance health probe", lambda: self.health.probe(self.session))
         )
         if self.config.instance_check_interval_s > 0:
             decoding = [*self.config.relay, *self.mains]
             self._ready_watch = loop.create_task(
-                supervise(
+                self._supervised(
                     "instance /ready watch",
                     lambda: self.health.watch_ready(
                         self.session,
@@ -155,6 +155,9 @@ class RouterState:
                     ),
                 )
             )
+
+    def _supervised(self, name: str, loop):
+        return supervise(name, loop, on_failure=self.metrics.counting_failures_of(name))
 
     async def _poll_relay_loads(self, interval_s: float = 0.5) -> None:
         """Keep ``relay_loads`` current: the busier of KV-token usage and running-request use."""

@@ -119,7 +119,7 @@ def test_main_decode_http_link_stalled_then_reset_the_request_continues(
     link_router, pdd_cluster, server_group, colocated, held_links
 ):
     http = next(s for s in server_group.servers if s.name == "wan-http")
-    body = _greedy(62, 400, 4000)
+    body = _greedy(62, 400, 1500)
     expected = _reference(colocated, body)
     cuts = []
     held_links.relay.arm(30)  # RLD cannot finish the request before MD takes it over
@@ -170,7 +170,7 @@ def test_main_decode_partitioned_mid_stream_the_request_ends_on_relay_decode(
     ids the client has: the whole answer arrives, identical, while the partition lasts."""
     links = [s for s in server_group.servers if s.name in ("wan-http", "wan-control")]
     assert len(links) == 2
-    body = _greedy(63, 400, 3000)
+    body = _greedy(63, 400, 1500)
     expected = _reference(colocated, body)
     held_links.relay.arm(30)  # MD takes the request over after 30 ids
 

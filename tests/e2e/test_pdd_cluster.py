@@ -376,7 +376,7 @@ def test_a_client_leaving_touches_no_request_whose_rid_its_rid_prefixes(pdd_clus
     from sglang_pdd.testbed.held_links import generate_acting_at
 
     router = pdd_cluster.router_url
-    victim = {**_held_body(make_prompt(random.Random(5), 300), 4000), "rid": "pre.relay"}
+    victim = {**_held_body(make_prompt(random.Random(5), 300), 2500), "rid": "pre.relay"}
     expected = generate(colocated.url, {k: v for k, v in victim.items() if k != "rid"})
     host, port = router.removeprefix("http://").split(":")
 

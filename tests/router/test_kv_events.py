@@ -93,3 +93,45 @@ def test_a_subscriber_skips_bad_frames_batches_and_events_and_keeps_applying():
             pub.close()
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_after_lost_batches_the_view_starts_again_from_empty():
+    """A sequence gap means lost events (a removal among them would leave the view claiming
+    pages MD evicted): the view is emptied, then rebuilt from what comes next."""
+
+    async def main():
+        ctx = zmq.asyncio.Context.instance()
+        pub = ctx.socket(zmq.PUB)
+        port = pub.bind_to_random_port("tcp://127.0.0.1")
+        sub = KvEventSubscriber(f"tcp://127.0.0.1:{port}")
+        batches = asyncio.Queue()
+        sub.listeners.append(lambda: batches.put_nowait(sub.batches))
+        sub.start()
+        encode = msgspec.msgpack.encode
+
+        async def publish(seq: int, event: dict) -> None:
+            await pub.send_multipart([b"t", seq.to_bytes(8, "big"), encode([1.0, [event]])])
+
+        try:
+            while sub.view.match([9, 8]) != 2:  # a SUB socket joins late: publish until seen
+                await publish(1, _stored([1, 2], None, [9, 8]))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(batches.get(), 0.2)
+            assert (sub.gaps, sub.resyncs) == (0, 0)
+            seen = sub.batches
+            await publish(2, _stored([3], 2, [7]))  # contiguous: applied on top
+            while sub.batches == seen:
+                await asyncio.wait_for(batches.get(), 30)
+            assert sub.view.match([9, 8, 7]) == 3
+            seen = sub.batches
+            await publish(5, _stored([4], None, [6]))  # 3 and 4 were lost
+            while sub.batches == seen:
+                await asyncio.wait_for(batches.get(), 30)
+            assert (sub.gaps, sub.resyncs) == (2, 1)
+            assert sub.view.match([9, 8, 7]) == 0  # nothing from before the gap is trusted
+            assert sub.view.match([6]) == 1  # what came after it is
+        finally:
+            await sub.close()
+            pub.close()
+
+    asyncio.run(asyncio.wait_for(main(), 60))

@@ -56,3 +56,33 @@ def test_cancelling_ends_the_loop_without_a_restart():
 
     asyncio.run(main())
     assert runs == [1]
+
+
+def test_the_routers_metrics_count_each_failure_of_a_named_task():
+    from sglang_pdd.router.metrics import RouterMetrics
+
+    metrics = RouterMetrics({})
+    runs: list[int] = []
+    restarted = asyncio.Event()
+
+    async def loop():
+        runs.append(len(runs))
+        if len(runs) <= 2:
+            raise RuntimeError("boom")
+        restarted.set()
+        await asyncio.Event().wait()
+
+    async def main():
+        on_failure = metrics.counting_failures_of("KV events of tcp://md:1")
+        task = asyncio.create_task(
+            supervise("KV events", loop, first_backoff_s=0.001, on_failure=on_failure)
+        )
+        await asyncio.wait_for(restarted.wait(), 30)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    text = metrics.render().decode()
+    line = 'sglang_pdd:background_task_failures_total{task="KV events of tcp://md:1"} 2.0'
+    assert line in text, text
