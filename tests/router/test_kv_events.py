@@ -53,18 +53,27 @@ def test_any_events_leave_the_view_usable(events):
     assert view.match([5, 6, 7]) == 2
 
 
+@contextlib.asynccontextmanager
+async def _publisher_and_subscriber():
+    """A real ZeroMQ PUB socket and a started KvEventSubscriber on it, both closed after."""
+    pub = zmq.asyncio.Context.instance().socket(zmq.PUB)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    sub = KvEventSubscriber(f"tcp://127.0.0.1:{port}")
+    try:
+        yield pub, sub
+    finally:
+        await sub.close()
+        pub.close()
+
+
 def test_a_subscriber_skips_bad_frames_batches_and_events_and_keeps_applying():
     async def main():
-        ctx = zmq.asyncio.Context.instance()
-        pub = ctx.socket(zmq.PUB)
-        port = pub.bind_to_random_port("tcp://127.0.0.1")
-        sub = KvEventSubscriber(f"tcp://127.0.0.1:{port}")
-        applied = asyncio.Event()
-        sub.listeners.append(lambda: sub.view.match([9, 8]) == 2 and applied.set())
-        sub.start()
-        encode = msgspec.msgpack.encode
-        seq = 0
-        try:
+        async with _publisher_and_subscriber() as (pub, sub):
+            applied = asyncio.Event()
+            sub.listeners.append(lambda: sub.view.match([9, 8]) == 2 and applied.set())
+            sub.start()
+            encode = msgspec.msgpack.encode
+            seq = 0
             while not applied.is_set():  # until the slow-joining SUB sees the good batch
                 frames = [
                     [b"t", b"only two frames"],
@@ -88,9 +97,6 @@ def test_a_subscriber_skips_bad_frames_batches_and_events_and_keeps_applying():
                     await asyncio.wait_for(applied.wait(), 0.2)
             assert sub.bad_events >= 1 and sub.batches >= 2
             assert not sub._task.done()  # the subscriber lives on
-        finally:
-            await sub.close()
-            pub.close()
 
     asyncio.run(asyncio.wait_for(main(), 60))
 
@@ -100,19 +106,15 @@ def test_after_lost_batches_the_view_starts_again_from_empty():
     pages MD evicted): the view is emptied, then rebuilt from what comes next."""
 
     async def main():
-        ctx = zmq.asyncio.Context.instance()
-        pub = ctx.socket(zmq.PUB)
-        port = pub.bind_to_random_port("tcp://127.0.0.1")
-        sub = KvEventSubscriber(f"tcp://127.0.0.1:{port}")
-        batches = asyncio.Queue()
-        sub.listeners.append(lambda: batches.put_nowait(sub.batches))
-        sub.start()
-        encode = msgspec.msgpack.encode
+        async with _publisher_and_subscriber() as (pub, sub):
+            batches = asyncio.Queue()
+            sub.listeners.append(lambda: batches.put_nowait(sub.batches))
+            sub.start()
+            encode = msgspec.msgpack.encode
 
-        async def publish(seq: int, event: dict) -> None:
-            await pub.send_multipart([b"t", seq.to_bytes(8, "big"), encode([1.0, [event]])])
+            async def publish(seq: int, event: dict) -> None:
+                await pub.send_multipart([b"t", seq.to_bytes(8, "big"), encode([1.0, [event]])])
 
-        try:
             while sub.view.match([9, 8]) != 2:  # a SUB socket joins late: publish until seen
                 await publish(1, _stored([1, 2], None, [9, 8]))
                 with contextlib.suppress(TimeoutError):
@@ -130,8 +132,5 @@ def test_after_lost_batches_the_view_starts_again_from_empty():
             assert (sub.gaps, sub.resyncs) == (2, 1)
             assert sub.view.match([9, 8, 7]) == 0  # nothing from before the gap is trusted
             assert sub.view.match([6]) == 1  # what came after it is
-        finally:
-            await sub.close()
-            pub.close()
 
     asyncio.run(asyncio.wait_for(main(), 60))
