@@ -27,12 +27,29 @@ class UpstreamError(Exception):
 
 
 async def _error_body(resp: aiohttp.ClientResponse) -> dict:
-    text = await resp.text()
+    return error_body(resp.status, await resp.text())
+
+
+def error_body(status: int, text: str) -> dict:
+    """An instance's error answer in the router's shape, ``{"error": {"message", "code"}}``,
+    whatever shape SGLang used (``{"error": {...}}``, ``{"error": "..."}``, its OpenAI-style
+    ``{"object": "error", "message": ...}``, plain text); SGLang's own keys are kept beside it."""
     try:
         body = json.loads(text)
     except json.JSONDecodeError:
-        body = {"error": {"message": text}}
-    return body if isinstance(body, dict) else {"error": {"message": str(body)}}
+        body = text
+    if not isinstance(body, dict):
+        return {"error": {"message": str(body), "code": status}}
+    error = body.get("error")
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return body
+    if isinstance(error, str):
+        message = error
+    elif isinstance(body.get("message"), str):
+        message = body["message"]
+    else:
+        message = text
+    return {**body, "error": {"message": message, "code": status}}
 
 
 async def post_json(

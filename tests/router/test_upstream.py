@@ -4,9 +4,12 @@ import asyncio
 import json
 
 import aiohttp
+import pytest
 from aiohttp import web
+from hypothesis import given
+from hypothesis import strategies as st
 
-from sglang_pdd.router.upstream import stream_sse
+from sglang_pdd.router.upstream import error_body, stream_sse
 
 
 def _serve(chunks):
@@ -124,3 +127,46 @@ def test_a_post_with_a_deadline_answers_504_naming_the_silent_instance():
     assert exc is not None and exc.status == 504
     assert exc.instance.startswith("http://127.0.0.1:") and "/generate" not in exc.instance
     assert "did not answer within 0.2 s" in exc.body["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"error": {"message": "bad", "code": 400}}', "bad"),
+        ('{"error": "unexpected keyword"}', "unexpected keyword"),
+        (
+            '{"object": "error", "message": "Prefill transfer failed", "code": 500}',
+            "Prefill transfer failed",
+        ),
+        ("Internal Server Error", "Internal Server Error"),
+        ('["a list"]', "['a list']"),
+        ('{"detail": 3}', '{"detail": 3}'),
+    ],
+)
+def test_every_error_shape_sglang_uses_reaches_the_client_as_error_message(text, message):
+    """Clients read ``error.message`` (SGLang's /generate shape) whatever an instance sent; the
+    instance's own keys stay beside it (a client of SGLang's OpenAI shape reads ``message``)."""
+    body = error_body(400, text)
+    assert body["error"]["message"] == message
+    if text.startswith('{"object"'):
+        assert body["object"] == "error" and body["message"] == message
+
+
+@given(
+    st.integers(400, 599),
+    st.text()
+    | st.builds(
+        json.dumps,
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(),
+            lambda inner: (
+                st.lists(inner, max_size=3)
+                | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+            ),
+            max_leaves=8,
+        ),
+    ),
+)
+def test_any_error_answer_has_a_string_error_message(status, text):
+    body = error_body(status, text)
+    assert isinstance(body["error"]["message"], str)
