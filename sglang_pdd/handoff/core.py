@@ -57,7 +57,7 @@ from sglang_pdd.handoff.signals import (
     Tick,
 )
 from sglang_pdd.handoff.steps import CHUNK, RelayedHandoff
-from sglang_pdd.policy.handoff import HandoffPolicy
+from sglang_pdd.policy.handoff import HANDOFF_RETRY_S, HandoffPolicy
 from sglang_pdd.wire.messages import Deferred, Error, Extended, Ready
 
 # How long MD's ids must have been seen to trust their pace over the router's estimate.
@@ -70,7 +70,7 @@ class HandoffCore:
     def __init__(
         self,
         policy: HandoffPolicy,
-        retry_s: float = 0.5,
+        retry_s: float = HANDOFF_RETRY_S,
         max_new_tokens: int | None = None,
         overlap: bool = False,
     ) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sglang_pdd.policy.handoff import HandoffPolicy
+from sglang_pdd.policy.handoff import HANDOFF_RETRY_S, HandoffPolicy
 
 CHUNK, FINAL = "chunk", "final"
 
@@ -45,7 +45,7 @@ class HandoffStep:
 class RelayedHandoff:
     """The handoff state of one relayed request."""
 
-    def __init__(self, policy: HandoffPolicy, retry_s: float = 0.5) -> None:
+    def __init__(self, policy: HandoffPolicy, retry_s: float = HANDOFF_RETRY_S) -> None:
         self.policy = policy
         self.retry_s = retry_s  # how long after a deferral the final handoff is made again
         self.relayed = 0  # ids RLD has streamed to the router

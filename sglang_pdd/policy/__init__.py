@@ -2,6 +2,7 @@
 
 from sglang_pdd.policy.handoff import (
     HANDOFF_MODES,
+    HANDOFF_RETRY_S,
     HandoffPlan,
     HandoffPolicy,
     HandoffPolicyConfig,
@@ -20,6 +21,7 @@ from sglang_pdd.policy.pipeline import (
 
 __all__ = [
     "HANDOFF_MODES",
+    "HANDOFF_RETRY_S",
     "PIPELINES",
     "PIPELINE_P_MD",
     "PIPELINE_P_RLD",

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from sglang_pdd.options import option
 
 HANDOFF_MODES = ("one-shot", "catch-up", "auto")
+# Seconds after Main-Decode deferred a final handoff (no KV room; RLD streams on) until it is
+# made again: the router's --handoff-retry-s default and the simulator's retry.
+HANDOFF_RETRY_S = 0.5
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sglang_pdd.options import option
-from sglang_pdd.policy import HandoffPolicyConfig, PipelinePolicyConfig
+from sglang_pdd.policy import HANDOFF_RETRY_S, HandoffPolicyConfig, PipelinePolicyConfig
 from sglang_pdd.router.breaker import BreakerConfig
 
 MAIN_TRANSFER_STARTS = ("with-prefill", "after-relay")
@@ -66,7 +66,7 @@ class RouterConfig:
         "its 2-token generation, before answering 503 (SGLang's HEALTH_CHECK_TIMEOUT)",
     )
     handoff_retry_s: float = option(
-        0.5,
+        HANDOFF_RETRY_S,
         "a final handoff Main-Decode defers for lack of KV room is made again this long "
         "after (with the ids Relay-Decode streamed meanwhile; RLD serves until MD takes one)",
     )

@@ -209,7 +209,7 @@ class RelayedPipeline:
                     self.router.relay_load(self.relay_url),
                     self._relay_itl(),
                     self.router.handoff_gap_estimate_s,
-                    self.router.main_itl_estimates_s.get(self.main.url),
+                    self.router.main_itl_estimate_s(self.main.url),
                 )
             )
             while actions:

@@ -12,13 +12,14 @@ import aiohttp
 from aiohttp import web
 
 from sglang_pdd.cache.prefix_blocks import BlockPrefixCache, block_hashes, common_prefix_blocks
-from sglang_pdd.policy import (
-    PIPELINE_P_MD,
-    PIPELINE_P_RLD,
-    HandoffPolicy,
-    PipelineDecision,
-    PipelinePolicy,
-    RequestFacts,
+from sglang_pdd.policy import PIPELINE_P_RLD, HandoffPolicy, LinkEstimate, PipelinePolicy, planner
+from sglang_pdd.policy.planner import (
+    PREFILL_PRIOR_S,
+    ClusterSnapshot,
+    MainCandidate,
+    MovingAverage,
+    PrefillCandidate,
+    RelayCandidate,
 )
 from sglang_pdd.router.auth import upstream_headers
 from sglang_pdd.router.config import MainEndpoint, RouterConfig
@@ -60,12 +61,14 @@ class RouterState:
         self.prefill_active = {u: 0 for u in config.prefill}
         # Seconds from a request's arrival to P's KV at Relay-Decode (P's queue and prefill),
         # learned from relayed requests' first tokens.
-        self.prefill_estimate_s = 0.05
+        self.prefill_estimate = MovingAverage(PREFILL_PRIOR_S)
         prior = config.handoff_gap_prior_s
-        self.handoff_gap_estimate_s = config.wan_rtt_ms / 1000 if prior is None else prior
+        self.handoff_gap_estimate = MovingAverage(
+            config.wan_rtt_ms / 1000 if prior is None else prior
+        )
         # Each Main-Decode's seconds per id at the router, learned from finished requests (the
         # overlapped switch reads it before MD's own pace for a request can be measured).
-        self.main_itl_estimates_s: dict[str, float] = {}
+        self.main_itl_estimates = {m.url: MovingAverage() for m in config.main}
         from sglang_pdd.router.metrics import RouterMetrics
 
         self.health = InstanceHealth(config.breaker)
@@ -89,7 +92,7 @@ class RouterState:
         self.live: dict = {}  # rid -> PddRecord of every request in flight (GET /pdd/requests)
         self.clients: dict = {}  # rid -> ClientRun of every request in flight (drain moves them)
         self.incremental_streams: dict[str, bool] = {}
-        self._rr = {role: itertools.count() for role in ("prefill", "relay", "main")}
+        self._turns = itertools.count()  # one per plan: round-robin among equal instances
 
     async def start(self) -> None:
         """Open the HTTP session, learn bootstrap ports and the model, connect control sockets."""
@@ -223,9 +226,6 @@ class RouterState:
             await self.session.close()
 
     # -- choices ----------------------------------------------------------------------------
-    def _pick(self, role: str, items):
-        return items[next(self._rr[role]) % len(items)]
-
     def control_for(self, main: MainEndpoint | MainSite) -> MainControlClient:
         return self.mains[main.url].control
 
@@ -248,20 +248,31 @@ class RouterState:
             return self.relay_loads.get(url, 0.0)
         return min((self.relay_loads.get(u, 0.0) for u in self.config.relay), default=0.0)
 
+    @property
+    def prefill_estimate_s(self) -> float:
+        """Expected seconds from arrival to P's KV at Relay-Decode."""
+        return self.prefill_estimate.value
+
+    @property
+    def handoff_gap_estimate_s(self) -> float:
+        """Expected client-visible cost of a final handoff."""
+        return self.handoff_gap_estimate.value
+
+    def main_itl_estimate_s(self, url: str) -> float | None:
+        """Main-Decode ``url``'s mean seconds per id at the router (None: none measured)."""
+        return self.main_itl_estimates[url].value
+
     def note_handoff_gap(self, seconds: float) -> None:
         """A final handoff's cost to the client: sent to MD, to MD's first id back."""
-        self.handoff_gap_estimate_s += 0.2 * (seconds - self.handoff_gap_estimate_s)
+        self.handoff_gap_estimate.note(seconds)
 
     def note_main_itl(self, url: str, seconds: float) -> None:
         """A request's mean gap between Main-Decode ``url``'s chunks at the router."""
-        known = self.main_itl_estimates_s.get(url)
-        self.main_itl_estimates_s[url] = (
-            seconds if known is None else known + 0.2 * (seconds - known)
-        )
+        self.main_itl_estimates[url].note(seconds)
 
     def note_prefill_time(self, seconds: float) -> None:
         """A relayed request's first token came ``seconds`` after it arrived."""
-        self.prefill_estimate_s += 0.2 * (seconds - self.prefill_estimate_s)
+        self.prefill_estimate.note(seconds)
 
     def main_plan(self, site: MainSite, input_ids: list[int], hashes: list[int]) -> MainPlan:
         """What sending ``input_ids`` to ``site`` now would involve."""
@@ -291,77 +302,64 @@ class RouterState:
         return self._plan(input_ids, max_new_tokens, avoid)
 
     def _plan(self, input_ids: list[int], max_new_tokens: int, avoid: frozenset[str]):
-        """Pick the pipeline and the instances for a request.
+        """Pick the pipeline and the instances for a request (``policy.planner.plan`` on a
+        snapshot of the instances not in ``avoid``).
 
-        Main-Decode: the one holding (or about to hold) most of the prompt, then the one whose KV
-        would be ready first (what is queued on its link), then the least busy; Prefill: the
-        best prefix hit, then the least busy; Relay-Decode: the least busy. ``avoid``: instance
-        URLs not to use (they failed this request); with every Main-Decode avoided the request
-        goes P-RLD; ValueError when no prefill or decoding instance is left.
+        ``avoid``: instance URLs not to use (they failed this request); with every Main-Decode
+        avoided the request goes P-RLD; ValueError when no prefill or decoding instance is left.
         """
         hashes = block_hashes(input_ids, self.config.cache_block_tokens)
-        relay_load = self.relay_load()
-        best = None
         sites = [site for site in self.mains.values() if site.url not in avoid]
-        relays = [url for url in self.config.relay if url not in avoid]
-        prefills = [url for url in self.config.prefill if url not in avoid]
-        if not prefills or not (sites or relays):
-            raise ValueError(f"no instance left to serve the request (failed: {sorted(avoid)})")
-        for site in sites:
-            mp = self.main_plan(site, input_ids, hashes)
-            facts = RequestFacts(
-                input_tokens=len(input_ids),
-                main_cached_tokens=mp.covered_tokens,
-                max_output_tokens=max_new_tokens,
-                kv_bytes_per_token=self.kv_bytes_per_token,
-            )
-            link = site.transfers.link.estimate()
-            if mp.extra_backlog:
-                link = replace(link, backlog_bytes=link.backlog_bytes + mp.extra_backlog)
-            decision = self.pipeline_policy.decide(
-                facts,
-                link,
-                relay_load,
-                prefill_s=self.prefill_estimate_s,
-                handoff_gap_s=self.handoff_gap_estimate_s,
-            )
-            # The real cache hit first (a session stays where its KV is), then when its KV would
-            # be ready, then load.
-            key = (-mp.covered_tokens, round(decision.est_main_ready_s, 2), site.active)
-            if best is None or key < best[0]:
-                best = (key, decision, mp)
-        if best is None:  # every Main-Decode failed this request: Relay-Decode finishes it
-            decision = PipelineDecision(
-                PIPELINE_P_RLD, "no Main-Decode left", 0, float("inf"), rule="failover"
-            )
-            mp = MainPlan(next(iter(self.mains.values())), hashes, 0, 0, None, False, 0.0)
-        else:
-            _, decision, mp = best
-            if not relays and decision.pipeline != PIPELINE_P_MD:
-                decision = replace(
-                    decision,
-                    pipeline=PIPELINE_P_MD,
-                    rule="failover",
-                    reason="no Relay-Decode left; " + decision.reason,
+        main_plans = {site.url: self.main_plan(site, input_ids, hashes) for site in sites}
+        snapshot = ClusterSnapshot(
+            prefills=tuple(
+                PrefillCandidate(
+                    u,
+                    self.prefill_cache[u].match(hashes) * self.config.cache_block_tokens,
+                    self.prefill_active[u],
                 )
-        main = mp.site
-        if decision.pipeline == PIPELINE_P_RLD:
-            mp = None
-        prefill = min(
-            prefills,
-            key=lambda u: (
-                -self.prefill_cache[u].match(hashes),
-                self.prefill_active[u],
-                next(self._rr["prefill"]),
+                for u in self.config.prefill
+                if u not in avoid
             ),
+            relays=tuple(
+                RelayCandidate(u, self.relay_load(u)) for u in self.config.relay if u not in avoid
+            ),
+            mains=tuple(
+                MainCandidate(
+                    site.url,
+                    main_plans[site.url].covered_tokens,
+                    self._link(site, main_plans[site.url]),
+                    site.active,
+                )
+                for site in sites
+            ),
+            prefill_s=self.prefill_estimate_s,
+            handoff_gap_s=self.handoff_gap_estimate_s,
+            kv_bytes_per_token=self.kv_bytes_per_token,
+            turn=next(self._turns),
         )
-        self.prefill_cache[prefill].insert(hashes)
-        relay = None
-        if relays:  # the least busy Relay-Decode, round-robin among equals
-            start = next(self._rr["relay"]) % len(relays)
-            rotated = relays[start:] + relays[:start]
-            relay = min(rotated, key=self.relay_load)
-        return decision, (prefill, relay, main), mp
+        try:
+            chosen = planner.plan(snapshot, len(input_ids), max_new_tokens, self.pipeline_policy)
+        except ValueError:
+            raise ValueError(
+                f"no instance left to serve the request (failed: {sorted(avoid)})"
+            ) from None
+        self.prefill_cache[chosen.prefill].insert(hashes)
+        if chosen.main is None:  # every Main-Decode failed this request: RLD finishes it
+            main = next(iter(self.mains.values()))
+            return chosen.decision, (chosen.prefill, chosen.relay, main), None
+        mp = main_plans[chosen.main]
+        if chosen.decision.pipeline == PIPELINE_P_RLD:
+            return chosen.decision, (chosen.prefill, chosen.relay, mp.site), None
+        return chosen.decision, (chosen.prefill, chosen.relay, mp.site), mp
+
+    @staticmethod
+    def _link(site: MainSite, mp: MainPlan) -> LinkEstimate:
+        """The link to ``site`` as ``mp``'s transfer would see it (a promoted warm ahead)."""
+        link = site.transfers.link.estimate()
+        if mp.extra_backlog:
+            link = replace(link, backlog_bytes=link.backlog_bytes + mp.extra_backlog)
+        return link
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@ Request life:
   arrival -> P-side prefix cache match -> least-loaded P instance (chunked prefill)
   same-DC PD: full KV over the intra-DC path -> decoder
   cross-DC PD: decode-side cache (DRC) match -> missing KV over the WAN -> MD
-  PDD: the shared PipelinePolicy picks P-MD, P-RLD-MD or (anomalous) P-RLD; in P-RLD-MD the
+  PDD: at arrival the router's own planner (policy.planner.plan, with the shared
+       PipelinePolicy and the router's moving averages of prefill time and handoff gap) picks
+       P-MD, P-RLD-MD or (anomalous) P-RLD and the P, RLD and MD; in P-RLD-MD the
        full KV goes to RLD over RDMA while the missing KV crosses the WAN; when it lands the
        router's own RelayedHandoff (with the shared HandoffPolicy) hands RLD's tokens to MD
        as IDs, and MD rebuilds their KV with an extend pass (one-shot or catch-up chunks).
@@ -13,6 +15,7 @@ Every transfer to MD, from either pipeline, feeds the DRC.
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass, field
 
@@ -21,12 +24,23 @@ import simpy
 from sglang_pdd.cache import BlockPrefixCache
 from sglang_pdd.handoff.steps import CHUNK, RelayedHandoff
 from sglang_pdd.policy import (
+    HANDOFF_RETRY_S,
     PIPELINE_P_MD,
     PIPELINE_P_RLD,
     PIPELINE_P_RLD_MD,
     HandoffPolicy,
     PipelinePolicy,
     RequestFacts,
+    planner,
+)
+from sglang_pdd.policy.planner import (
+    PREFILL_PRIOR_S,
+    ClusterSnapshot,
+    MainCandidate,
+    MovingAverage,
+    Plan,
+    PrefillCandidate,
+    RelayCandidate,
 )
 from sglang_pdd.sim.chips import InstancePerf
 from sglang_pdd.sim.config import ClusterSpec, SimConfig
@@ -34,9 +48,6 @@ from sglang_pdd.sim.instances import DecodeInstance, PrefillInstance
 from sglang_pdd.sim.link import FairShareLink
 from sglang_pdd.sim.workload import Request
 from sglang_pdd.transfer.link_model import LinkModelConfig, LiveLinkModel
-
-# How long after MD deferred a final handoff (no room; RLD streams on) it is made again (s).
-HANDOFF_RETRY_S = 0.1
 
 
 @dataclass
@@ -61,7 +72,10 @@ class RequestRecord:
     completions: int = 0
     # Simulation-internal state, not reported.
     handed: int = 0
+    plan: Plan | None = None  # PDD: the planner's choice at arrival
+    prefill_idx: int = -1
     relay_idx: int = -1
+    on_relay: bool = False  # RLD holds the request (its KV arrived over the intra-DC path)
     main_idx: int = -1
     main_ready: bool = False
     handoff: RelayedHandoff | None = None
@@ -137,6 +151,14 @@ class ClusterSim:
         self.intra = FairShareLink(self.env, intra, rng)
         self.records: dict[int, RequestRecord] = {}
         self.requests: dict[int, Request] = {}
+        # PDD plans as the router does: at arrival, from its moving averages and from the
+        # requests each P and MD was given and has not finished (the router's counts).
+        self.planned = bool(self.relay) and spec.cross_dc
+        self.prefill_estimate = MovingAverage(PREFILL_PRIOR_S)
+        self.handoff_gap_estimate = MovingAverage(spec.wan.rtt_s)
+        self.prefill_active = [0] * len(self.prefill)
+        self.main_active = [0] * len(self.decode)
+        self._turns = itertools.count()
 
     # --- arrivals and prefill -----------------------------------------------------------
     def run(self, requests: list[Request]) -> list[RequestRecord]:
@@ -159,8 +181,49 @@ class ClusterSim:
         # A fully cached prompt still computes its last token (to produce logits).
         hit = min(hit, req.input_tokens - 1)
         rec.prefill_hit_tokens = hit
-        i = _pick(self.prefill, lambda p: p.queued_tokens)
+        if self.planned:
+            i = self._plan(req, rec)
+        else:
+            i = _pick(self.prefill, lambda p: p.queued_tokens)
         self.prefill[i].submit(req.rid, req.input_tokens - hit, hit, self._prefill_done)
+
+    def _plan(self, req: Request, rec: RequestRecord) -> int:
+        """The router's planner on this moment's snapshot; returns the chosen P's index."""
+        cached = self._pin_decode_cache(req, rec)
+        link = self.link_model.estimate()
+        snapshot = ClusterSnapshot(
+            prefills=tuple(
+                PrefillCandidate(str(i), rec.prefill_hit_tokens, self.prefill_active[i])
+                for i in range(len(self.prefill))
+            ),
+            relays=tuple(RelayCandidate(str(i), r.load) for i, r in enumerate(self.relay)),
+            mains=tuple(
+                MainCandidate(str(i), cached, link, self.main_active[i])
+                for i in range(len(self.decode))
+            ),
+            prefill_s=self.prefill_estimate.value,
+            handoff_gap_s=self.handoff_gap_estimate.value,
+            kv_bytes_per_token=self.kv,
+            turn=next(self._turns),
+        )
+        chosen = planner.plan(snapshot, req.input_tokens, req.output_tokens, self.pipeline_policy)
+        rec.plan, rec.pipeline = chosen, chosen.decision.pipeline
+        rec.prefill_idx, rec.relay_idx = int(chosen.prefill), int(chosen.relay)
+        self.prefill_active[rec.prefill_idx] += 1
+        if chosen.decision.pipeline != PIPELINE_P_RLD:
+            rec.main_idx = int(chosen.main)
+            self.main_active[rec.main_idx] += 1
+        return rec.prefill_idx
+
+    def _pin_decode_cache(self, req: Request, rec: RequestRecord) -> int:
+        """Hold the prompt's blocks in the decode-side cache; returns the tokens it holds."""
+        cached = 0
+        if self.drc is not None:
+            pin = self.drc.acquire(req.hash_ids)
+            rec.pins.append(pin)
+            cached = self._hit_tokens(pin.blocks, req)
+        rec.decode_hit_tokens = cached
+        return cached
 
     def _prefill_done(self, rid: int, now: float) -> None:
         req, rec = self.requests[rid], self.records[rid]
@@ -170,19 +233,15 @@ class ClusterSim:
             rec.pipeline = "PD"
             self._send_local(req, self._to_main_direct)
             return
-        cached = 0
-        if self.drc is not None:
-            pin = self.drc.acquire(req.hash_ids)
-            rec.pins.append(pin)
-            cached = self._hit_tokens(pin.blocks, req)
-        rec.decode_hit_tokens = cached
-        facts = RequestFacts(req.input_tokens, cached, req.output_tokens, self.kv)
-        relay_load = min((r.load for r in self.relay), default=0.0)
-        # The router decides at arrival with its estimate of the prefill; here the prefill is
-        # over, so the time it took (queue included) is known exactly.
-        decision = self.pipeline_policy.decide(
-            facts, self.link_model.estimate(), relay_load, prefill_s=max(now - req.arrival_s, 0.0)
-        )
+        if rec.plan is not None:
+            self.prefill_active[rec.prefill_idx] -= 1
+            decision = rec.plan.decision
+        else:  # cross-DC PD: every request goes to MD, the missing KV over the WAN
+            cached = self._pin_decode_cache(req, rec)
+            facts = RequestFacts(req.input_tokens, cached, req.output_tokens, self.kv)
+            decision = self.pipeline_policy.decide(
+                facts, self.link_model.estimate(), prefill_s=max(now - req.arrival_s, 0.0)
+            )
         rec.pipeline = decision.pipeline
         if decision.pipeline == PIPELINE_P_RLD and self.relay:
             self._send_local(req, self._to_relay)
@@ -206,7 +265,8 @@ class ClusterSim:
 
     def _to_main_direct(self, req: Request) -> None:
         rec = self.records[req.rid]
-        rec.main_idx = _pick(self.decode, lambda d: d.load)
+        if rec.main_idx < 0:
+            rec.main_idx = _pick(self.decode, lambda d: d.load)
         self.decode[rec.main_idx].add(
             req.rid, req.output_tokens, req.input_tokens, self._first_token, self._main_done
         )
@@ -217,10 +277,17 @@ class ClusterSim:
             # The WAN copy won the race: MD takes the whole request.
             self._to_main_direct(req)
             return
-        rec.relay_idx = _pick(self.relay, lambda d: d.load)
+        if rec.relay_idx < 0:
+            rec.relay_idx = _pick(self.relay, lambda d: d.load)
+        rec.on_relay = True
         self.relay[rec.relay_idx].add(
-            req.rid, req.output_tokens, req.input_tokens, self._first_token, self._relay_done
+            req.rid, req.output_tokens, req.input_tokens, self._relay_first_token, self._relay_done
         )
+
+    def _relay_first_token(self, rid: int, when: float) -> None:
+        # The router learns P's queue and prefill time from relayed requests' first tokens.
+        self.prefill_estimate.note(when - self.records[rid].arrival_s)
+        self._first_token(rid, when)
 
     def _main_kv_ready(self, req: Request) -> None:
         rec = self.records[req.rid]
@@ -235,7 +302,7 @@ class ClusterSim:
         rec.main_ready = True
         if rec.pipeline == PIPELINE_P_MD:
             self._to_main_direct(req)
-        elif rec.relay_idx >= 0:
+        elif rec.on_relay:
             self._handoff(req.rid)
         # else: RLD's copy is still on the intra-DC path; _to_relay hands off on arrival.
 
@@ -255,8 +322,6 @@ class ClusterSim:
         state = rec.handoff
         state.main_ready()
         state.relay_progress(relay.tokens_so_far(rid))
-        if rec.main_idx < 0:
-            rec.main_idx = _pick(self.decode, lambda d: d.load)
         main = self.decode[rec.main_idx]
         one_way = self.spec.wan.rtt_s / 2
         handed_before = state.handed
@@ -304,6 +369,7 @@ class ClusterSim:
         def ids_arrive():
             def started(r, when):
                 rec.handoff_gap_s = max(rec.handoff_gap_s, when - stopped)
+                self.handoff_gap_estimate.note(when - stopped)
                 self._first_token(r, when)
 
             main.add(rid, remaining, req.input_tokens + made, started, self._main_done, final_chunk)
@@ -324,6 +390,8 @@ class ClusterSim:
         rec = self.records[rid]
         rec.completions += 1
         rec.done_s = now
+        if rec.plan is not None and rec.main_idx >= 0 and rec.completions == 1:
+            self.main_active[rec.main_idx] -= 1
         for pin in rec.pins:
             self.drc.release(pin)
         rec.pins.clear()

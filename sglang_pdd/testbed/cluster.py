@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from sglang_pdd.policy import HANDOFF_RETRY_S
 from sglang_pdd.testbed.launcher import ServerGroup, ServerProcess, ServerSpec
 from sglang_pdd.testbed.ports import free_port
 from sglang_pdd.transfer.wan_link import WanLinkConfig
@@ -357,7 +358,7 @@ def start_router(
         "seeded_sampling": cfg.seeded_sampling,
         "api_key": None,
         "admin_api_key": None,
-        "handoff_retry_s": 0.5,
+        "handoff_retry_s": HANDOFF_RETRY_S,
         "handoff_gap_prior_s": None,
         "tail_on_relay": True,
         "migration_limit": 2,

@@ -17,8 +17,8 @@ class RecordingPolicy(policy.PipelinePolicy):
         super().__init__(policy.PipelinePolicyConfig(ttft_slo_s=0.0))
         self.calls = []
 
-    def decide(self, facts, link, relay_load=0.0, *, prefill_s=0.0):
-        decision = super().decide(facts, link, relay_load, prefill_s=prefill_s)
+    def decide(self, facts, link, relay_load=0.0, **estimates):
+        decision = super().decide(facts, link, relay_load, **estimates)
         self.calls.append((facts, decision))
         return decision
 
@@ -80,3 +80,56 @@ def test_the_simulator_drives_the_routers_handoff_state_machine():
         assert isinstance(r.handoff, RelayedHandoff) and r.handoff.done, r
         assert r.handoff.mode == "one-shot" and r.relay_tokens == r.handoff.handed >= 1
         assert r.relay_tokens + r.main_tokens == r.output_tokens
+
+
+def test_router_and_simulator_plan_through_one_function(monkeypatch):
+    """Both call ``policy.planner.plan``; the simulator at each arrival, with the router's
+    moving averages, and it then uses the instances the plan named."""
+    import asyncio
+
+    from sglang_pdd.policy import planner
+    from sglang_pdd.router.config import MainEndpoint, RouterConfig
+    from sglang_pdd.router.state import RouterState
+
+    calls = []
+    real = planner.plan
+
+    def spy(snapshot, *args):
+        chosen = real(snapshot, *args)
+        calls.append((snapshot, chosen))
+        return chosen
+
+    monkeypatch.setattr(planner, "plan", spy)
+    s = spec("pdd", prefill=2, decode=2, relay=2)
+    sim = ClusterSim(s, config(s))
+    reqs = [req(i, 0.05 * i, 20_000, 400, range(i * 100, i * 100 + 40)) for i in range(6)]
+    records = sim.run(reqs)
+    assert len(calls) == len(reqs)
+    assert calls[0][0].prefill_s == planner.PREFILL_PRIOR_S  # nothing learned before
+    assert sim.prefill_estimate.value != planner.PREFILL_PRIOR_S  # relayed first tokens taught it
+    for rec, (_, chosen) in zip(records, calls, strict=True):
+        assert rec.plan is chosen and rec.pipeline == chosen.decision.pipeline
+        assert str(rec.prefill_idx) == chosen.prefill and str(rec.relay_idx) == chosen.relay
+        assert str(rec.main_idx) == chosen.main
+    assert len({c.prefill for _, c in calls}) == 2  # spread over both P (round-robin, load)
+
+    async def route():
+        state = RouterState(
+            RouterConfig(
+                prefill=("http://p0:1",),
+                relay=("http://r0:1",),
+                main=(MainEndpoint("http://m0:1", "tcp://127.0.0.1:1"),),
+            )
+        )
+        state.kv_bytes_per_token = 512
+        return state.plan(list(range(300)), 64)
+
+    decision, (prefill, relay, main), _ = asyncio.run(route())
+    snap, chosen = calls[-1]
+    assert (decision, prefill, relay, main.url) == (
+        chosen.decision,
+        chosen.prefill,
+        chosen.relay,
+        chosen.main,
+    )
+    assert snap.prefill_s == planner.PREFILL_PRIOR_S

@@ -1,0 +1,169 @@
+"""One planner for the router and the simulator: a request's pipeline and its P, RLD and MD.
+
+The router builds a ``ClusterSnapshot`` from its live state (cache views, the link ledger,
+/v1/loads, its moving averages) and the simulator builds one from its modelled instances; both
+call ``plan`` on it, so the simulator makes the router's choices at the router's moment (the
+request's arrival) from the same kind of estimates. Pure: no I/O, no clock.
+
+Choices, in order of what matters most:
+* Main-Decode: the one holding (or about to hold) most of the prompt (a session stays where
+  its KV is), then the one whose KV would be ready first (what is queued on its link), then
+  the one serving fewest requests, then the first listed;
+* Prefill: the best prefix hit (P keeps its radix cache), then the fewest requests, then
+  round-robin by ``turn``;
+* Relay-Decode: the least loaded, round-robin by ``turn`` among equals.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from sglang_pdd.policy.pipeline import (
+    PIPELINE_P_MD,
+    PIPELINE_P_RLD,
+    LinkEstimate,
+    PipelineDecision,
+    PipelinePolicy,
+    RequestFacts,
+)
+
+# Weight of the newest sample in every moving average the planner reads.
+SMOOTHING = 0.2
+# Seconds from arrival to P's KV at Relay-Decode assumed before any relayed request measured it.
+PREFILL_PRIOR_S = 0.05
+
+
+class MovingAverage:
+    """An exponential moving average (``SMOOTHING``) starting from ``prior`` (None: from the
+    first sample)."""
+
+    def __init__(self, prior: float | None = None) -> None:
+        self.value = prior
+
+    def note(self, sample: float) -> None:
+        """Fold in one measurement."""
+        known = self.value
+        self.value = sample if known is None else known + SMOOTHING * (sample - known)
+
+
+@dataclass(frozen=True)
+class PrefillCandidate:
+    """A prefill instance: the prompt tokens its cache holds and the requests it is serving."""
+
+    name: str
+    hit_tokens: int
+    active: int
+
+
+@dataclass(frozen=True)
+class RelayCandidate:
+    """A Relay-Decode instance and its live load (0..1: the busier of batch slots and KV)."""
+
+    name: str
+    load: float
+
+
+@dataclass(frozen=True)
+class MainCandidate:
+    """A Main-Decode instance.
+
+    covered_tokens: prompt tokens its radix cache will hold once the transfer this prompt
+        depends on has landed; link: the WAN path to it as a transfer started now would see it;
+    active: requests it is serving.
+    """
+
+    name: str
+    covered_tokens: int
+    link: LinkEstimate
+    active: int
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """What the planner sees of the cluster for one request (only instances it may use).
+
+    prefill_s: expected seconds from arrival until P has prefilled (queue included);
+    handoff_gap_s: what a final handoff costs the client; turn: a counter the caller advances
+    per request, for round-robin among equals.
+    """
+
+    prefills: tuple[PrefillCandidate, ...]
+    relays: tuple[RelayCandidate, ...]
+    mains: tuple[MainCandidate, ...]
+    prefill_s: float
+    handoff_gap_s: float
+    kv_bytes_per_token: int
+    turn: int = 0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The pipeline and the instances (by name) a request goes to.
+
+    relay: None when no Relay-Decode is left; main: None when no Main-Decode is left (the
+    decision is then P-RLD, rule ``failover``).
+    """
+
+    decision: PipelineDecision
+    prefill: str
+    relay: str | None
+    main: str | None
+
+
+def plan(
+    snapshot: ClusterSnapshot,
+    input_tokens: int,
+    max_output_tokens: int,
+    policy: PipelinePolicy,
+) -> Plan:
+    """Pick the pipeline and the instances for one request.
+
+    ValueError when the snapshot has no prefill instance or no decoding instance at all.
+    """
+    s = snapshot
+    if not s.prefills or not (s.mains or s.relays):
+        raise ValueError("no instance left to serve the request")
+    relay_load = min((r.load for r in s.relays), default=0.0)
+    best = None
+    for main in s.mains:
+        facts = RequestFacts(
+            input_tokens=input_tokens,
+            main_cached_tokens=main.covered_tokens,
+            max_output_tokens=max_output_tokens,
+            kv_bytes_per_token=s.kv_bytes_per_token,
+        )
+        decision = policy.decide(
+            facts,
+            main.link,
+            relay_load,
+            prefill_s=s.prefill_s,
+            handoff_gap_s=s.handoff_gap_s,
+        )
+        key = (-main.covered_tokens, round(decision.est_main_ready_s, 2), main.active)
+        if best is None or key < best[0]:
+            best = (key, decision, main.name)
+    if best is None:  # no Main-Decode left: Relay-Decode finishes the request
+        decision = PipelineDecision(
+            PIPELINE_P_RLD, "no Main-Decode left", 0, math.inf, rule="failover"
+        )
+        main_name = None
+    else:
+        _, decision, main_name = best
+        if not s.relays and decision.pipeline != PIPELINE_P_MD:
+            decision = replace(
+                decision,
+                pipeline=PIPELINE_P_MD,
+                rule="failover",
+                reason="no Relay-Decode left; " + decision.reason,
+            )
+    prefills = _rotated(s.prefills, s.turn)
+    prefill = min(prefills, key=lambda p: (-p.hit_tokens, p.active))
+    relay = min(_rotated(s.relays, s.turn), key=lambda r: r.load).name if s.relays else None
+    return Plan(decision, prefill.name, relay, main_name)
+
+
+def _rotated(items: tuple, turn: int) -> tuple:
+    """``items`` starting at ``turn`` (mod their count): ``min`` then breaks ties round-robin."""
+    start = turn % len(items)
+    return items[start:] + items[:start]
