@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 import aiohttp
 from aiohttp import web
 
+from sglang_pdd.cache.kv_size import dtype_bytes, kv_bytes_per_token
 from sglang_pdd.cache.prefix_blocks import BlockPrefixCache, block_hashes, common_prefix_blocks
 from sglang_pdd.policy import PIPELINE_P_RLD, HandoffPolicy, LinkEstimate, PipelinePolicy, planner
 from sglang_pdd.policy.planner import (
@@ -200,8 +201,9 @@ class RouterState:
         dtype = str(self.server_info.get("kv_cache_dtype", "auto"))
         if dtype == "auto":
             dtype = str(self.server_info.get("dtype", "bfloat16"))
-        width = 4 if "32" in dtype else 1 if "8" in dtype else 2
-        return 2 * cfg.num_hidden_layers * heads * head_dim * width
+        if dtype == "auto":  # SGLang's --dtype auto: the checkpoint's own dtype
+            dtype = str(getattr(cfg, "torch_dtype", None) or "bfloat16")
+        return kv_bytes_per_token(cfg.num_hidden_layers, heads, head_dim, dtype_bytes(dtype))
 
     def keep_in_background(self, task: asyncio.Task) -> None:
         """Hold a sub-request task that outlives its client request until it ends."""

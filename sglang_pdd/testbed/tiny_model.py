@@ -15,6 +15,8 @@ import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from sglang_pdd.cache import kv_size
+
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n"
@@ -83,7 +85,7 @@ class TinyModelConfig:
 
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
         """KV-cache bytes one token occupies (K and V, all layers)."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
+        return kv_size.kv_bytes_per_token(self.layers, self.kv_heads, self.head_dim, dtype_bytes)
 
 
 def _corpus(seed: int, lines: int = 4000) -> list[str]:
