@@ -78,6 +78,17 @@ def generate(
     return GenerateResult(200, final, chunks, ttft, time.monotonic() - start, times)
 
 
+def generate_all(url: str, bodies: list[dict], timeout: float = 600) -> list[GenerateResult]:
+    """``generate`` for every body at once (non-streaming), answers in the bodies' order: a
+    co-located reference server batches them, so N references cost about one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not bodies:
+        return []
+    with ThreadPoolExecutor(min(len(bodies), 32)) as pool:
+        return list(pool.map(lambda body: generate(url, body, timeout=timeout), bodies))
+
+
 def pd_generate(
     prefill_url: str,
     bootstrap_port: int,

@@ -33,6 +33,7 @@ class RelayGate:
         self._loop = asyncio.new_event_loop()
         self._limit: int | None = None  # armed: the next stream holds at this many ids
         self._armed_for_next = False
+        self._on_hold = None  # arm's callback, run once when the armed stream first holds
         self._open = asyncio.Event()  # set: a held stream may go on (checked on each chunk)
         self._open.set()
         self._every: int | None = None  # hold_every's limit, for every stream
@@ -50,9 +51,14 @@ class RelayGate:
         return f"http://127.0.0.1:{self.port}"
 
     # -- control, from the test thread ----------------------------------------------------------
-    def arm(self, limit: int) -> None:
-        """The next ``/generate`` stream holds once it has carried ``limit`` output ids."""
-        self._call(self._arm, limit)
+    def arm(self, limit: int, on_hold=None) -> None:
+        """The next ``/generate`` stream holds once it has carried ``limit`` output ids.
+
+        ``on_hold``: called (in the gate's thread) the moment the stream first holds, before
+        the gate reads anything more of it: e.g. ``relay.pause`` freezes RLD there, so that a
+        test can kill it mid-answer however fast it decodes and however slowly the test looks.
+        """
+        self._call(self._arm, limit, on_hold)
 
     def advance(self, limit: int) -> None:
         """Let the held stream go on until it has carried ``limit`` ids, then hold again."""
@@ -70,8 +76,8 @@ class RelayGate:
     def _call(self, fn, *args) -> None:
         asyncio.run_coroutine_threadsafe(fn(*args), self._loop).result(30)
 
-    async def _arm(self, limit: int) -> None:
-        self._limit, self._armed_for_next = limit, True
+    async def _arm(self, limit: int, on_hold) -> None:
+        self._limit, self._armed_for_next, self._on_hold = limit, True, on_hold
 
     async def _advance(self, limit: int) -> None:
         self._limit = limit
@@ -83,6 +89,7 @@ class RelayGate:
 
     async def _release(self) -> None:
         self._limit, self._armed_for_next, self._every = None, False, None
+        self._on_hold = None
         self.holding.clear()
         self._open.set()
         self._every_open.set()
@@ -131,10 +138,18 @@ class RelayGate:
                     while gated and self._limit is not None and ids >= self._limit:
                         self.held_ids = ids
                         self._open.clear()
+                        on_hold, self._on_hold = self._on_hold, None
+                        if on_hold is not None:
+                            on_hold()
                         self.holding.set()
                         await self._open.wait()
                     if request.path == "/generate" and every is not None and ids >= every:
                         await every_open.wait()
+            except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError):
+                # RLD died mid-stream: the router's connection breaks too, as it would without
+                # the gate (a clean end here would read as RLD's answer ending).
+                if request.transport is not None:
+                    request.transport.abort()
             except (ConnectionResetError, aiohttp.ClientError):
                 pass  # the router closed its side (it handed off and aborted RLD)
             return resp

@@ -10,7 +10,7 @@ import time
 import pytest
 import requests
 
-from sglang_pdd.testbed.client import generate, wait_router_settled
+from sglang_pdd.testbed.client import generate, generate_all, wait_router_settled
 from sglang_pdd.testbed.replay import run_workload
 from sglang_pdd.testbed.workload import AgenticConfig, agentic_sessions
 
@@ -74,8 +74,10 @@ def test_concurrent_sessions_match_colocated_without_duplicate_transfers(pdd_clu
     )
     results = run_workload(sessions, lambda body: generate(router, body, stream=True))
     assert len(results) == 12 and all(r.status == 200 for r in results), [r.error for r in results]
-    for r in results:
-        expected = generate(colocated.url, _greedy(r.prompt_ids, len(r.output_ids)))
+    references = generate_all(
+        colocated.url, [_greedy(r.prompt_ids, len(r.output_ids)) for r in results]
+    )
+    for r, expected in zip(results, references, strict=True):
         assert r.output_ids == expected.output_ids, (r.sid, r.turn)
     wait_router_settled(router)
     after = next(iter(_info(router)["mains"].values()))

@@ -2,7 +2,9 @@
 
 Requests whose instance is killed or drained mid-stream ask for enough tokens that the instance
 is still generating when the test acts, however fast the machine: 4,000 where Relay-Decode is
-the victim (an idle relay makes 600 tokens before a loaded test process has looked twice),
+the victim and must go on serving while MD gets ready (an idle relay makes 600 tokens before a
+loaded test process has looked twice), 600 where a ``RelayGate`` freezes RLD (SIGSTOP) the
+moment it has carried 20 ids, in the gate's own thread, so that the test can kill it at leisure,
 1,500 where Main-Decode is killed, drained or cut off (it makes them at MD's pace after a
 handoff at 30 ids; it was seen acted on after 47-74 of them), 3,000 where it gets SIGTERM (the
 router learns it from /ready, asked every 2 s: 468 ids went by). Every token beyond that margin
@@ -191,19 +193,22 @@ def test_main_decode_killed_while_the_request_is_parked_relay_decode_finishes_it
     wait_router_settled(router.url)
 
 
-def _doomed_relay(server_group, tiny_model, pdd_cluster, **router_overrides):
+def _doomed_relay(server_group, tiny_model, pdd_cluster, gated=False, **router_overrides):
     """A Relay-Decode of the test's own, and a router using it beside the cluster's MD (over a
-    control link of its own that the test can stall)."""
+    control link of its own that the test can stall); ``gated``: the router reads RLD through
+    a ``RelayGate`` (yielded last, else None)."""
     from dataclasses import replace
 
     from sglang_pdd.testbed.cluster import start_link_proxy, start_router
     from sglang_pdd.testbed.launcher import ServerSpec
+    from sglang_pdd.testbed.relay_gate import RelayGate
     from tests.e2e.conftest import _common
 
     name = f"relay-doomed-{next(_names)}"
     relay = server_group.start(
         ServerSpec(name, role="decode", extra_args=("--pdd-role", "relay"), **_common(tiny_model))
     )[0]
+    gate = RelayGate(relay.url) if gated else None
     main = pdd_cluster.mains[0]
     control = start_link_proxy(
         server_group, f"control-{name}", main.control_port, pdd_cluster.config.wan
@@ -213,18 +218,20 @@ def _doomed_relay(server_group, tiny_model, pdd_cluster, **router_overrides):
         server_group,
         pdd_cluster,
         name=f"router-{name}",
-        relay_url=relay.url,
+        relay_url=gate.url if gated else relay.url,
         mains=[site],
         **{"tail_on_relay": False, "handoff_switch": "hold", **router_overrides},
     )
-    yield relay, control, router
+    yield relay, control, router, gate
+    if gate is not None:
+        gate.release()
     control.resume()
     server_group.stop_named(router.name, control.name, name)
 
 
 @pytest.fixture
 def doomed_relay(server_group, tiny_model, pdd_cluster):
-    yield from _doomed_relay(server_group, tiny_model, pdd_cluster)
+    yield from _doomed_relay(server_group, tiny_model, pdd_cluster, gated=True)
 
 
 @pytest.fixture
@@ -244,10 +251,13 @@ def doomed_relay_slow_catch_up(server_group, tiny_model, pdd_cluster):
 def test_relay_decode_killed_before_the_handoff_main_decode_takes_the_request(
     doomed_relay, colocated
 ):
-    relay, control, router = doomed_relay
-    body = _greedy(random.Random(53), 400, 4000)
+    relay, control, router, gate = doomed_relay
+    body = _greedy(random.Random(53), 400, 600)
     expected = _reference(colocated, body)
     control.pause()  # no handoff: the request is on RLD when it dies
+    # RLD is frozen the moment the gate has carried 20 of its ids: it dies mid-answer however
+    # fast it decodes (600 ids leave room for what it wrote before the gate read the 20th).
+    gate.arm(20, on_hold=relay.pause)
     try:
         result = generate_acting_at(
             router.url,
@@ -255,14 +265,15 @@ def test_relay_decode_killed_before_the_handoff_main_decode_takes_the_request(
             stream=True,
             when=_relay_streams,
             what="Relay-Decode's first tokens",
-            act=lambda: (_kill(relay), control.resume()),
+            act=lambda: (_kill(relay), control.resume(), gate.release()),
         )
     finally:
         control.resume()
+        gate.release()
     assert result.status == 200, result.body
     assert result.output_ids == expected
     pdd = result.body["meta_info"]["pdd"]
-    assert pdd["pipeline"] == "P-MD" and relay.url in pdd["migrations"][0], pdd
+    assert pdd["pipeline"] == "P-MD" and gate.url in pdd["migrations"][0], pdd
     wait_router_settled(router.url)
 
 
@@ -358,7 +369,7 @@ def test_relay_decode_killed_with_main_decode_ready_main_decode_takes_over_at_on
 ):
     """RLD dies while MD, ready with the KV, is catching up: the router hands MD every id the
     client has at once (no new prefill, no migration), and RLD leaves rotation."""
-    relay, control, router = doomed_relay_slow_catch_up
+    relay, control, router, _ = doomed_relay_slow_catch_up
     body = _greedy(random.Random(59), 400, 4000)
     expected = _reference(colocated, body)
     control.pause()  # MD's ready waits until RLD is well ahead (Catch-Up, not one final step)

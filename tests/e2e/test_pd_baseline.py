@@ -7,7 +7,7 @@ import re
 import pytest
 import requests
 
-from sglang_pdd.testbed.client import generate, pd_generate
+from sglang_pdd.testbed.client import generate, generate_all, pd_generate
 from tests.e2e.prompts import make_prompt, varied_prompts
 
 pytestmark = pytest.mark.servers
@@ -42,9 +42,8 @@ def test_prompts_are_long_enough_for_chunked_prefill(pd_servers, tiny_model):
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
 def test_pd_matches_colocated_token_for_token(pd_servers, stream):
     colocated = pd_servers[0]
-    for prompt in varied_prompts():
-        body = {"text": prompt, "sampling_params": GREEDY}
-        expected = generate(colocated.url, body)
+    bodies = [{"text": prompt, "sampling_params": GREEDY} for prompt in varied_prompts()]
+    for body, expected in zip(bodies, generate_all(colocated.url, bodies), strict=True):
         got = _pd(pd_servers, body, stream=stream)
         assert expected.status == 200 and got.status == 200, (expected.body, got.body)
         assert got.output_ids == expected.output_ids

@@ -17,6 +17,7 @@ import zmq
 from sglang_pdd.main_decode import RELAYED_RID_SUFFIX
 from sglang_pdd.testbed.client import (
     generate,
+    generate_all,
     iter_sse,
     wait_all_in_rotation,
     wait_router_settled,
@@ -83,8 +84,9 @@ def _assert_accounted(record: dict, client_e2e_s: float) -> None:
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
 def test_one_shot_matches_colocated(pdd_cluster, colocated, stream):
     """20 prompts through the default router, wherever their handoffs fall on this machine."""
-    for prompt, budget in _cases():
-        expected = generate(colocated.url, _body(prompt, budget))
+    cases = _cases()
+    references = generate_all(colocated.url, [_body(prompt, budget) for prompt, budget in cases])
+    for (prompt, budget), expected in zip(cases, references, strict=True):
         got = generate(pdd_cluster.router_url, _body(prompt, budget), stream=stream)
         assert got.status == 200, got.body
         assert got.output_ids == expected.output_ids
@@ -99,10 +101,8 @@ def test_one_shot_matches_colocated(pdd_cluster, colocated, stream):
             assert record["main_ready_s"] is not None, record
         else:
             assert record["finished_on"] == "relay" and record["main_tokens"] == 0, record
-        if stream:
-            assert got.chunks[-1]["text"] == got.body["text"]
-            nonstream = generate(pdd_cluster.router_url, _body(prompt, budget))
-            assert nonstream.body["text"] == got.body["text"]
+        if stream:  # the streamed text is the plain server's whole answer
+            assert got.chunks[-1]["text"] == got.body["text"] == expected.body["text"]
     # Requests that finished on RLD were released on MD: once the router's leftover
     # sub-requests end, no instance holds any request's KV.
     wait_router_settled(pdd_cluster.router_url)
@@ -250,8 +250,9 @@ def test_handoff_after_one_token_through_the_router(held_router, held_links, col
 
 
 def test_p_md_pipeline_matches_colocated(main_only_router, colocated):
-    for prompt, budget in _cases()[:6]:
-        expected = generate(colocated.url, _body(prompt, budget))
+    cases = _cases()[:6]
+    references = generate_all(colocated.url, [_body(prompt, budget) for prompt, budget in cases])
+    for (prompt, budget), expected in zip(cases, references, strict=True):
         got = generate(main_only_router.url, _body(prompt, budget))
         assert got.output_ids == expected.output_ids
         record = got.body["meta_info"]["pdd"]
