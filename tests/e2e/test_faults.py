@@ -1,10 +1,10 @@
 """An instance killed (``kill -9``) in the middle of a request loses nothing (issue 8).
 
 Requests whose instance is killed or drained mid-stream ask for enough tokens that the instance
-is still generating when the test acts, however fast the machine: 4,000 where Relay-Decode is
-the victim and must go on serving while MD gets ready (an idle relay makes 600 tokens before a
-loaded test process has looked twice), 600 where a ``RelayGate`` freezes RLD (SIGSTOP) the
-moment it has carried 20 ids, in the gate's own thread, so that the test can kill it at leisure,
+is still generating when the test acts, however fast the machine: 600 where Relay-Decode is
+the victim, since a ``RelayGate`` freezes RLD (SIGSTOP) the moment it has carried 20 or 30 ids,
+in the gate's own thread, so that the test can kill it at leisure (unfrozen, an idle relay made
+600 tokens before a loaded test process had looked twice),
 1,500 where Main-Decode is killed, drained or cut off (it makes them at MD's pace after a
 handoff at 30 ids; it was seen acted on after 47-74 of them), 3,000 where it gets SIGTERM (the
 router learns it from /ready, asked every 2 s: 468 ids went by). Every token beyond that margin
@@ -242,6 +242,7 @@ def doomed_relay_slow_catch_up(server_group, tiny_model, pdd_cluster):
         server_group,
         tiny_model,
         pdd_cluster,
+        gated=True,
         handoff_mode="catch-up",
         catchup_threshold=4,
         catchup_chunk=1,
@@ -369,10 +370,13 @@ def test_relay_decode_killed_with_main_decode_ready_main_decode_takes_over_at_on
 ):
     """RLD dies while MD, ready with the KV, is catching up: the router hands MD every id the
     client has at once (no new prefill, no migration), and RLD leaves rotation."""
-    relay, control, router, _ = doomed_relay_slow_catch_up
-    body = _greedy(random.Random(59), 400, 4000)
+    relay, control, router, gate = doomed_relay_slow_catch_up
+    body = _greedy(random.Random(59), 400, 600)
     expected = _reference(colocated, body)
     control.pause()  # MD's ready waits until RLD is well ahead (Catch-Up, not one final step)
+    # RLD freezes at 30 ids (however fast it decodes): MD, ready later, catches up one id per
+    # chunk, and RLD dies after the first chunk, with ids still to catch up.
+    gate.arm(30, on_hold=relay.pause)
     try:
         result = generate_acting_at(
             router.url,
@@ -380,21 +384,22 @@ def test_relay_decode_killed_with_main_decode_ready_main_decode_takes_over_at_on
             stream=True,
             when=_relay_streams,
             what="Relay-Decode's tokens",
-            act=lambda: _kill_once_main_is_ready(router, body["rid"], control, relay),
+            act=lambda: _kill_once_main_is_ready(router, body["rid"], control, relay, gate),
         )
     finally:
         control.resume()
+        gate.release()
     assert result.status == 200, result.body
     assert result.output_ids == expected
     pdd = result.body["meta_info"]["pdd"]
     assert pdd["finished_on"] == "main" and pdd["migrations"] == [], pdd
     assert pdd["relay_failed"] and pdd["handoff_tokens"] == pdd["relay_tokens"] >= 20, pdd
     info = requests.get(f"{router.url}/get_server_info", timeout=30).json()["pdd_router"]
-    assert relay.url in info["out_of_rotation"], info
+    assert gate.url in info["out_of_rotation"], info
     wait_router_settled(router.url)
 
 
-def _kill_once_main_is_ready(router, rid, control, relay) -> None:
+def _kill_once_main_is_ready(router, rid, control, relay, gate) -> None:
     from sglang_pdd.testbed.held_links import HANG_S, live_record
 
     control.resume()
@@ -404,6 +409,7 @@ def _kill_once_main_is_ready(router, rid, control, relay) -> None:
         assert time.monotonic() < deadline, "Main-Decode never became ready"
         time.sleep(0.01)
     _kill(relay)
+    gate.release()  # the gate reads on, finds RLD gone and breaks the router's stream
 
 
 @pytest.fixture
