@@ -340,7 +340,8 @@ def start_router(
     ``upstream_keepalive_s``, ``auto_relay_busy_fraction``, ``upstream_idle_timeout_s``,
     ``seeded_sampling``, ``api_key``, ``admin_api_key``, ``handoff_retry_s``, ``migration_limit``,
     ``control_curve`` (a (secret file, MD public key file) pair),
-    ``control_timeout_s``, ``handoff_gap_prior_s``, ``tail_on_relay``, ``handoff_switch``), and
+    ``control_timeout_s``, ``handoff_gap_prior_s``, ``tail_on_relay``, ``handoff_switch``,
+    ``instance_check_interval_s`` (None: the router's default)), and
     ``relay_url`` reaches Relay-Decode another way (e.g. through a slow proxy), ``relays`` lists
     several Relay-Decodes instead, ``mains`` replaces the Main-Decodes it routes to."""
     cfg = cluster.config
@@ -366,6 +367,7 @@ def start_router(
         # Tests stall control links on purpose (SIGSTOP on a proxy) for as long as they
         # need: a short control timeout would turn that into a dropped connection.
         "control_timeout_s": 600.0,
+        "instance_check_interval_s": None,
     }
     if unknown := set(overrides) - set(opts):
         raise ValueError(
@@ -418,6 +420,11 @@ def start_router(
             ),
             "--control-timeout-s",
             str(opts["control_timeout_s"]),
+            *(
+                ("--instance-check-interval-s", str(opts["instance_check_interval_s"]))
+                if opts["instance_check_interval_s"] is not None
+                else ()
+            ),
             *(("--incremental-streaming-output",) if opts["incremental_streaming_output"] else ()),
             *(("--seeded-sampling",) if opts["seeded_sampling"] else ()),
             *(("--api-key", opts["api_key"]) if opts["api_key"] else ()),

@@ -49,10 +49,18 @@ def _common(tiny_model) -> dict:
 
 
 @pytest.fixture(scope="session")
-def colocated(server_group, tiny_model):
-    """One plain (co-located) SGLang server: the reference every PD/PDD output must equal."""
+def colocated_launched(server_group, tiny_model):
+    """The co-located server, launched but not waited for: the session's other servers start
+    beside it (a lone server's start leaves one of CI's two cores idle)."""
     spec = ServerSpec("colocated", extra_args=("--pdd-seeded-sampling",), **_common(tiny_model))
-    return server_group.start(spec)[0]
+    return server_group.launch(spec)
+
+
+@pytest.fixture(scope="session")
+def colocated(server_group, colocated_launched):
+    """One plain (co-located) SGLang server: the reference every PD/PDD output must equal."""
+    server_group.wait_ready(colocated_launched)
+    return colocated_launched
 
 
 # Fixtures used by one module only are module-scoped and stop their servers when it ends: the
@@ -78,7 +86,7 @@ def pd_servers(server_group, tiny_model, colocated):
 
 
 @pytest.fixture(scope="session")
-def pdd_cluster(server_group, tiny_model, colocated):
+def pdd_cluster(server_group, tiny_model, colocated_launched):
     """P, RLD and MD (MD behind an emulated 8 Mbit/s, 100 ms link) and a One-Shot router."""
     from sglang_pdd.testbed.cluster import PddClusterConfig, start_cluster
     from sglang_pdd.transfer.wan_link import WanLinkConfig

@@ -1,14 +1,14 @@
 """An instance killed (``kill -9``) in the middle of a request loses nothing (issue 8).
 
 Requests whose instance is killed or drained mid-stream ask for enough tokens that the instance
-is still generating when the test acts, however fast the machine: 600 where Relay-Decode is
-the victim, since a ``RelayGate`` freezes RLD (SIGSTOP) the moment it has carried 20 or 30 ids,
-in the gate's own thread, so that the test can kill it at leisure (unfrozen, an idle relay made
-600 tokens before a loaded test process had looked twice),
-1,500 where Main-Decode is killed, drained or cut off (it makes them at MD's pace after a
-handoff at 30 ids; it was seen acted on after 47-74 of them), 3,000 where it gets SIGTERM (the
-router learns it from /ready, asked every 2 s: 468 ids went by). Every token beyond that margin
-is time the suite spends decoding the rest of the answer twice (here and on the reference).
+is still generating when the test acts, however fast the machine: 600 where Relay-Decode is the
+victim, since a ``RelayGate`` freezes RLD (SIGSTOP) the moment it has carried 20 or 30 ids, in
+the gate's own thread, so that the test can kill it at leisure (unfrozen, an idle relay made
+600 tokens before a loaded test process had looked twice); 1,500 where Main-Decode is killed,
+drained, cut off (it makes them at MD's pace after a handoff at 30 ids; it was seen acted on
+after 47-74 of them) or sent SIGTERM (the router learns it from /ready, asked every 0.25 s
+there; at the default 2 s, 468 ids went by). Every token beyond that margin is time the suite
+spends decoding the rest of the answer twice (here and on the reference).
 
 Each test kills a server of its own, never one the session shares: a Main-Decode after the
 handoff (the request continues on Relay-Decode from the prompt plus the ids the client has), a
@@ -78,8 +78,7 @@ def _reference(colocated, body) -> list[int]:
     return generate(colocated.url, {k: v for k, v in body.items() if k != "rid"}).output_ids
 
 
-@pytest.fixture
-def doomed_main(server_group, pdd_cluster, held_links):
+def _doomed_main(server_group, pdd_cluster, held_links, **router_overrides):
     """A Main-Decode of this test's own (behind its own WAN proxies) and a router using it. The
     router reaches RLD through the gate of ``held_links``: ``_main_takes_over`` holds RLD's
     stream, so the request cannot finish on RLD before the new MD, whose first KV transfer
@@ -94,13 +93,24 @@ def doomed_main(server_group, pdd_cluster, held_links):
         name=f"router-{name}",
         mains=[site],
         relay_url=held_links.relay.url,
-        tail_on_relay=False,
-        handoff_switch="hold",
+        **{"tail_on_relay": False, "handoff_switch": "hold", **router_overrides},
     )
     yield site, router
     server_group.stop_named(
         router.name, name, f"wan-http-{name}", f"wan-control-{name}", f"wan-kv-events-{name}"
     )
+
+
+@pytest.fixture
+def doomed_main(server_group, pdd_cluster, held_links):
+    yield from _doomed_main(server_group, pdd_cluster, held_links)
+
+
+@pytest.fixture
+def doomed_main_checked_often(server_group, pdd_cluster, held_links):
+    """As ``doomed_main``, with its router asking MD for /ready every 0.25 s (default 2 s), so
+    that a SIGTERM's 503 is seen within a few dozen of MD's ids."""
+    yield from _doomed_main(server_group, pdd_cluster, held_links, instance_check_interval_s=0.25)
 
 
 def test_main_decode_killed_after_the_handoff_the_request_continues(
@@ -140,13 +150,13 @@ def test_main_decode_killed_after_the_handoff_the_request_continues(
 
 
 def test_main_decode_sent_sigterm_mid_stream_moves_its_stream_and_exits(
-    doomed_main, colocated, held_links
+    doomed_main_checked_often, colocated, held_links
 ):
     """SIGTERM to a Main-Decode mid-stream (a rolling restart): SGLang's graceful shutdown
     answers /ready with 503, the router drains MD (the request continues on RLD from the ids
     the client has), and MD, left with no request, exits by itself."""
-    site, router = doomed_main
-    body = _greedy(random.Random(60), 400, 3000)  # /ready is asked every 2 s
+    site, router = doomed_main_checked_often
+    body = _greedy(random.Random(60), 400, 1500)  # /ready is asked every 0.25 s
     expected = _reference(colocated, body)
     pid = site.server.proc.pid
     with _main_takes_over(held_links):

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from sglang_pdd.testbed.client import generate, wait_router_settled
+from sglang_pdd.testbed.client import generate, generate_all, wait_router_settled
 from sglang_pdd.testbed.held_links import wait_for_record
 from tests.e2e.prompts import varied_prompts
 from tests.e2e.test_pdd_cluster import _loads, _wait_idle
@@ -55,7 +55,7 @@ def test_small_main_decode_serves_more_than_it_holds(small_main_router, colocate
         }
         for i, p in enumerate(prompts)
     ]
-    expected = [generate(colocated.url, body).output_ids for body in bodies]
+    expected = [r.output_ids for r in generate_all(colocated.url, bodies)]
     prompt_tokens = 0
     for _ in range(2):  # two rounds: the second also meets a warm, full radix cache
         with ThreadPoolExecutor(len(bodies)) as pool:
@@ -97,10 +97,10 @@ def test_a_final_handoff_without_room_is_deferred_while_relay_decode_serves(
         }
         for i in range(3)
     ]
-    expected = [
-        generate(colocated.url, {k: v for k, v in b.items() if k != "rid"}).output_ids
-        for b in bodies
-    ]
+    references = generate_all(
+        colocated.url, [{k: v for k, v in b.items() if k != "rid"} for b in bodies]
+    )
+    expected = [r.output_ids for r in references]
     control.pause()  # MD's "ready" waits: every request stays on RLD, parked on MD
     try:
         with ThreadPoolExecutor(len(bodies)) as pool:

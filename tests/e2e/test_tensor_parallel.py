@@ -69,13 +69,13 @@ def test_handoffs_to_the_tensor_parallel_main_decode_match_colocated(tp_routers,
     """KV from the TP-1 P lands on both ranks (each its half of the KV heads); One-Shot and
     Catch-Up handoffs reach both ranks through SGLang's request broadcast, and the output
     equals the co-located server's."""
-    from sglang_pdd.testbed.client import generate, wait_router_settled
+    from sglang_pdd.testbed.client import generate_all, wait_router_settled
     from sglang_pdd.testbed.held_links import generate_with_handoff_at
     from tests.e2e.prompts import varied_prompts
 
     links, one_shot, catch_up = tp_routers
-    for i, prompt in enumerate(varied_prompts(3, seed=149 + stream)):
-        body = {
+    bodies = [
+        {
             "text": prompt,
             "sampling_params": {
                 "temperature": 0.0,
@@ -84,7 +84,11 @@ def test_handoffs_to_the_tensor_parallel_main_decode_match_colocated(tp_routers,
                 "frequency_penalty": 0.2 * i,
             },
         }
-        expected = generate(colocated.url, body)
+        for i, prompt in enumerate(varied_prompts(3, seed=149 + stream))
+    ]
+    for i, (body, expected) in enumerate(
+        zip(bodies, generate_all(colocated.url, bodies), strict=True)
+    ):
         router, more = (catch_up, 100) if i == 2 else (one_shot, 0)
         got = generate_with_handoff_at(
             router.url, links, body, stream=stream, relay_tokens=(3, 40, 150)[i], relay_more=more
