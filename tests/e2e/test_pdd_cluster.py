@@ -628,37 +628,38 @@ def test_handoff_of_a_single_token_through_the_control_socket(pdd_cluster, coloc
         sock.close()
 
 
-def test_contradictory_flags_are_refused(tiny_model):
-    cmd = [
-        sys.executable,
-        "-m",
-        "sglang.launch_server",
-        "--model-path",
-        str(tiny_model),
-        "--pdd-role",
-        "relay",
-        "--disaggregation-mode",
-        "prefill",
+@pytest.fixture(scope="module")
+def launch_server_runs(tiny_model):
+    """Two fresh ``sglang.launch_server`` processes run side by side (each spends ~10 s of one
+    core importing SGLang): one with contradictory PDD flags, one with ``--help``."""
+    env = {**__import__("os").environ, "SGLANG_USE_CPU_ENGINE": "1"}
+    launch = [sys.executable, "-m", "sglang.launch_server"]
+    contradictory = [
+        *("--model-path", str(tiny_model)),
+        *("--pdd-role", "relay", "--disaggregation-mode", "prefill"),
     ]
-    result = subprocess.run(
-        cmd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**__import__("os").environ, "SGLANG_USE_CPU_ENGINE": "1"},
-    )
+    procs = {
+        name: subprocess.Popen(
+            launch + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        for name, args in (("contradictory", contradictory), ("help", ["--help"]))
+    }
+    runs = {}
+    for name, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=300)
+        runs[name] = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    return runs
+
+
+def test_contradictory_flags_are_refused(launch_server_runs):
+    result = launch_server_runs["contradictory"]
     assert result.returncode != 0
     assert "--pdd-role relay needs --disaggregation-mode decode" in result.stderr
 
 
-def test_flags_are_in_launch_server_help():
-    result = subprocess.run(
-        [sys.executable, "-m", "sglang.launch_server", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**__import__("os").environ, "SGLANG_USE_CPU_ENGINE": "1"},
-    )
+def test_flags_are_in_launch_server_help(launch_server_runs):
+    result = launch_server_runs["help"]
+    assert result.returncode == 0, result.stderr[-2000:]
     for flag in ("--pdd-role", "--pdd-wan-hosts", "--pdd-control-port", "--pdd-control-host"):
         assert flag in result.stdout
 
