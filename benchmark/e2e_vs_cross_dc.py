@@ -1,0 +1,40 @@
+"""Where PDD's answers gain or lose time against the same turns through cross-DC PD.
+
+    python benchmark/e2e_vs_cross_dc.py out/testbed.json
+
+reads a ``benchmark/testbed.py`` JSON (with the ``pdd`` and ``cross-dc`` contenders) and prints,
+per load point and PDD pipeline, how many PDD answers finished before their cross-DC twin and
+why: for handoffs, MD's later start, RLD's head start and MD's slower pace
+(``sglang_pdd/testbed/e2e_diff.py`` defines the split).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from sglang_pdd.testbed.e2e_diff import pair_turns, summary_lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("json", help="a benchmark/testbed.py --json file")
+    ap.add_argument("--pdd", default="pdd", help="the PDD contender's name (default: pdd)")
+    args = ap.parse_args(argv)
+    data = json.loads(Path(args.json).read_text())
+    for point in data["points"]:
+        runs = point["requests"]
+        if args.pdd not in runs or "cross-dc" not in runs:
+            print(f"== {point['label']}: needs the {args.pdd} and cross-dc contenders")
+            continue
+        diffs = pair_turns(runs[args.pdd], runs["cross-dc"])
+        print(f"== {point['label']}: {args.pdd} vs cross-dc, {len(diffs)} paired turns")
+        for line in summary_lines(diffs):
+            print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
