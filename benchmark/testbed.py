@@ -499,7 +499,7 @@ def _row(result) -> dict:
 
 
 def _write(points: list[dict], args) -> None:
-    for path in (args.json, args.plot):
+    for path in (args.json, args.plot, args.phase_plot):
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
     if args.json:
