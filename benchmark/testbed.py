@@ -83,6 +83,7 @@ def start_testbed(group: ServerGroup, model: str, link: WanLinkConfig, args) -> 
         max_total_tokens=args.max_total_tokens,
         datacenter_cpus=cpus,
         incremental_streams=True,
+        kv_events=args.main_kv_events,
     )
     cluster = start_cluster(group, cfg)
     (decode,) = group.start(
@@ -401,6 +402,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_false",
         help="do not pin datacenter A (P, RLD) and B (MD, cross-DC decode) to "
         "separate halves of the cores",
+    )
+    ap.add_argument(
+        "--no-main-kv-events",
+        dest="main_kv_events",
+        action="store_false",
+        help="MD publishes no KV events (the router's cache view then follows its own "
+        "transfers only): to measure what publishing costs MD's decoding",
     )
     ap.add_argument("--max-total-tokens", type=int, default=65536)
     ap.add_argument(
