@@ -19,7 +19,7 @@ slower pace. For other requests the difference is split into TTFT and the rest.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -80,16 +80,14 @@ def pair_turns(pdd: list[dict], cross: list[dict]) -> list[TurnDifference]:
             # What is left of the difference once start and head start are counted: MD's
             # remaining ids at its pace against cross-DC's (exact by construction).
             slowdown = diff.e2e_diff_s - start + head_start
-            diff = TurnDifference(
-                **{
-                    **diff.__dict__,
-                    "start_s": start,
-                    "head_start_s": head_start,
-                    "slowdown_s": slowdown,
-                    "relay_ids": relay_ids,
-                    "main_pace_s": main_pace,
-                    "cross_pace_s": cross_pace,
-                }
+            diff = replace(
+                diff,
+                start_s=start,
+                head_start_s=head_start,
+                slowdown_s=slowdown,
+                relay_ids=relay_ids,
+                main_pace_s=main_pace,
+                cross_pace_s=cross_pace,
             )
         out.append(diff)
     return out

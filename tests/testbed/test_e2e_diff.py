@@ -19,20 +19,25 @@ def _row(sid, turn, e2e, ttft, ids, record=None, status=200):
     }
 
 
+# A handoff: RLD made 30 ids; MD's first id at 2.3 s (router clock = client clock), then 69 ids
+# at 25 ms: end at 2.3 + 1.725 = 4.025 s. Its cross-DC twin: first token at 2.0 s, then 99 ids
+# at 20 ms = 3.98 s.
+HANDOFF = {
+    "pipeline": "P-RLD-MD",
+    "finished_on": "main",
+    "relay_tokens": 30,
+    "main_tokens": 70,
+    "main_first_s": 2.3,
+    "e2e_s": 4.025,
+}
+
+
+def _cross_twin() -> list[dict]:
+    return [_row(0, 0, 3.98, 2.0, 100)]
+
+
 def test_a_handoff_splits_into_start_head_start_and_slowdown():
-    # Cross-DC: first token at 2.0 s, then 99 ids at 20 ms = 3.98 s.
-    cross = [_row(0, 0, 3.98, 2.0, 100)]
-    # PDD: RLD made 30 ids; MD's first id at 2.3 s (router clock = client clock), then 69 ids
-    # at 25 ms: end at 2.3 + 1.725 = 4.025 s.
-    record = {
-        "pipeline": "P-RLD-MD",
-        "finished_on": "main",
-        "relay_tokens": 30,
-        "main_tokens": 70,
-        "main_first_s": 2.3,
-        "e2e_s": 4.025,
-    }
-    [d] = pair_turns([_row(0, 0, 4.025, 0.5, 100, record)], cross)
+    [d] = pair_turns([_row(0, 0, 4.025, 0.5, 100, HANDOFF)], _cross_twin())
     assert d.e2e_diff_s == pytest.approx(0.045)
     assert d.start_s == pytest.approx(0.3)
     assert d.head_start_s == pytest.approx(30 * 0.02)
@@ -42,16 +47,9 @@ def test_a_handoff_splits_into_start_head_start_and_slowdown():
 
 
 def test_the_router_clock_is_shifted_onto_the_clients_by_the_requests_end():
-    cross = [_row(0, 0, 3.98, 2.0, 100)]
-    record = {
-        "pipeline": "P-RLD-MD",
-        "finished_on": "main",
-        "relay_tokens": 30,
-        "main_tokens": 70,
-        "main_first_s": 2.29,  # the router received the request 10 ms after the client sent it
-        "e2e_s": 4.015,
-    }
-    [d] = pair_turns([_row(0, 0, 4.025, 0.5, 100, record)], cross)
+    # The router received the request 10 ms after the client sent it.
+    record = {**HANDOFF, "main_first_s": 2.29, "e2e_s": 4.015}
+    [d] = pair_turns([_row(0, 0, 4.025, 0.5, 100, record)], _cross_twin())
     assert d.start_s == pytest.approx(0.3)
 
 
@@ -75,16 +73,7 @@ def test_turns_without_a_matching_twin_are_left_out_and_others_split_by_ttft():
 
 
 def test_the_summary_names_each_part_of_a_handoffs_difference():
-    cross = [_row(0, 0, 3.98, 2.0, 100)]
-    record = {
-        "pipeline": "P-RLD-MD",
-        "finished_on": "main",
-        "relay_tokens": 30,
-        "main_tokens": 70,
-        "main_first_s": 2.3,
-        "e2e_s": 4.025,
-    }
-    lines = summary_lines(pair_turns([_row(0, 0, 4.025, 0.5, 100, record)], cross))
+    lines = summary_lines(pair_turns([_row(0, 0, 4.025, 0.5, 100, HANDOFF)], _cross_twin()))
     assert lines[0].startswith("P-RLD-MD handed off") and "earlier than cross-DC: 0" in lines[0]
     assert "start +0.30s - head start 0.60s (30 RLD ids) + slowdown +0.35s" in lines[1], lines
     assert "MD 25.0 ms/id vs cross-DC 20.0 ms/id" in lines[1]
