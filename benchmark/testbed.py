@@ -107,8 +107,12 @@ def start_testbed(group: ServerGroup, model: str, link: WanLinkConfig, args) -> 
     # SGLang PD as operators run it: behind SGLang's gateway. Same-DC: RLD's server as the
     # decode server beside P; cross-DC: the decode server in datacenter B, across the WAN.
     gateways = {
-        "same-dc": start_smg(group, "smg-same-dc", p.url, p.bootstrap_port, cluster.relay.url).url,
-        "cross-dc": start_smg(group, "smg-cross-dc", p.url, p.bootstrap_port, via_wan).url,
+        "same-dc": start_smg(
+            group, "smg-same-dc", p.url, p.bootstrap_port, cluster.relay.url, cpus=cpus[0]
+        ).url,
+        "cross-dc": start_smg(
+            group, "smg-cross-dc", p.url, p.bootstrap_port, via_wan, cpus=cpus[0]
+        ).url,
     }
     routers = {"pdd": cluster.router_url}
     if "pdd-overlap" in args.contenders:  # --handoff-switch overlap, beside the default hold

@@ -441,6 +441,9 @@ def start_router(
             ),
         ),
         port,
+        # The router runs in datacenter A (as deployed, beside P and RLD): on datacenter B's
+        # cores its per-token work would slow Main-Decode, which no real deployment does.
+        cpus=cfg.datacenter_cpus[0],
     )
     # /get_model_info answers once the router has connected to every instance; its /health
     # would also probe them, which a deliberately slow link can push past the probe's timeout.

@@ -30,11 +30,12 @@ def start_smg(
     bootstrap_port: int,
     decode_url: str,
     timeout: float = 120.0,
+    cpus: str = "",
 ) -> ServerProcess:
     """Start ``smg`` serving SGLang PD over one prefill and one decode server; wait until its
     ``/readiness`` answers 200, which it does once its workers passed their health checks
     (its ``/health`` is 200 from the start, while a request would still get 503 "No prefill
-    workers available")."""
+    workers available"). ``cpus``: the cores it runs on (empty: any)."""
     port = free_port()
     cmd = [
         smg_command(),
@@ -58,6 +59,6 @@ def start_smg(
         "--prometheus-port",
         str(free_port()),
     ]
-    server = group.launch_command(name, cmd, port)
+    server = group.launch_command(name, cmd, port, cpus=cpus)
     group.wait_ready(server, timeout=timeout, path="/readiness")
     return server

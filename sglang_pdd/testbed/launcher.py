@@ -292,9 +292,12 @@ class ServerGroup:
         self.wait_ready(again, timeout)
         return again
 
-    def launch_command(self, name: str, cmd: list[str], port: int) -> ServerProcess:
-        """Start a non-SGLang helper (router, WAN proxy) that listens on ``port``."""
+    def launch_command(self, name: str, cmd: list[str], port: int, cpus: str = "") -> ServerProcess:
+        """Start a non-SGLang helper (router, WAN proxy) that listens on ``port``, on the cores
+        ``cpus`` names (``taskset``; empty: any core)."""
         self._claim_name(name)
+        if cpus:
+            cmd = ["taskset", "-c", cpus, *cmd]
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{name}.log"
         with open(log_path, "wb") as log:
