@@ -39,9 +39,12 @@ class PipelinePolicyConfig:
         estimated to come later than this (prefill, then the KV's wait on the live link) goes
         through RLD (P-RLD-MD), which streams while the WAN transfer runs; otherwise P-MD.
         0 relays every request. None (the default): an objective relative to what RLD gives:
-        relay when the KV's wait on the link exceeds what a handoff costs the client (the
-        router's measured handoff gap), which is when relaying ends the answer sooner too:
-        RLD's ids during the wait outweigh the gap at the switch.
+        relay when RLD's head start outweighs what a handoff costs the client (the router's
+        measured handoff gap), which is when relaying ends the whole answer sooner too. The
+        head start is the ids RLD makes until the router learns MD's KV has landed (the KV's
+        wait on the link plus MD's "ready" crossing back, half an RTT), valued in MD's time:
+        each saves MD one id, so it is scaled by MD's seconds per id over RLD's (the
+        ``pace_ratio`` the router measures).
     enable_relay: False turns PDD into plain cross-datacenter PD (every request P-MD).
     enable_anomaly_filter: block the WAN transfer of long-input / short-output requests whose
         transfer would be slow and let RLD finish them (P-RLD).
@@ -55,9 +58,10 @@ class PipelinePolicyConfig:
         None,
         "TTFT objective: a request whose first token from Main-Decode (prefill plus the KV's "
         "time on the live link) is estimated later than this streams from Relay-Decode first "
-        "(P-RLD-MD); 0: always relay. Default: relay when the KV's wait on the link exceeds "
-        "the measured handoff gap (relaying then ends the whole answer sooner, not only its "
-        "first token)",
+        "(P-RLD-MD); 0: always relay. Default: relay when RLD's head start (the KV's wait on the "
+        "link plus half an RTT, scaled by MD's measured seconds per id over RLD's) exceeds the "
+        "measured handoff gap (relaying then ends the whole answer sooner, not only its first "
+        "token)",
     )
     enable_relay: bool = option(True, "P-MD only (no Relay-Decode)", flag="--no-relay")
     enable_anomaly_filter: bool = option(
@@ -165,6 +169,7 @@ class PipelinePolicy:
         *,
         prefill_s: float = 0.0,
         handoff_gap_s: float | None = None,
+        pace_ratio: float = 1.0,
     ) -> PipelineDecision:
         """Pick the pipeline for one request given its cache facts and the link's state.
 
@@ -173,6 +178,8 @@ class PipelinePolicy:
         prefill_s: the expected time until P has prefilled it (queue included).
         handoff_gap_s: what a final handoff costs the client (the router's measured gap;
             default: the link's RTT), for the relative objective (``ttft_slo_s`` None).
+        pace_ratio: MD's seconds per id over RLD's (1.0 until measured), for the relative
+            objective: what one id RLD makes before the handoff saves of MD's time.
         """
         cfg = self.config
         if not isinstance(relay_load, (int, float)) or not relay_load >= 0:
@@ -188,8 +195,16 @@ class PipelinePolicy:
         if cfg.ttft_slo_s is None:
             gap = link.rtt_s if handoff_gap_s is None else handoff_gap_s
             _check_finite("handoff_gap_s", gap, positive=False)
-            slow = est - prefill_s > gap
-            objective = f"KV wait {est - prefill_s:.2f}s vs handoff gap {gap:.2f}s"
+            _check_finite("pace_ratio", pace_ratio, positive=True)
+            # RLD streams until MD's "ready" reaches the router (half an RTT after the KV
+            # landed); each id it makes is one MD need not make, worth MD's time per id.
+            wait = est - prefill_s
+            head_start = (wait + link.rtt_s / 2) * pace_ratio
+            slow = head_start > gap
+            objective = (
+                f"RLD head start {head_start:.2f}s (KV wait {wait:.2f}s + {link.rtt_s / 2:.2f}s, "
+                f"x{pace_ratio:.2f} MD/RLD s per id) vs handoff gap {gap:.2f}s"
+            )
         else:
             slow = est > cfg.ttft_slo_s
             objective = f"SLO {cfg.ttft_slo_s}s"

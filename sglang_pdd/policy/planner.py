@@ -47,6 +47,20 @@ class MovingAverage:
         self.value = sample if known is None else known + SMOOTHING * (sample - known)
 
 
+# The measured MD/RLD pace ratio is trusted within these bounds (a few odd requests, e.g. one
+# whose RLD stream was frozen, must not switch relaying off or on for everyone).
+PACE_RATIO_BOUNDS = (0.25, 4.0)
+
+
+def pace_ratio(main_s_per_id: float | None, relay_s_per_id: float | None) -> float:
+    """Main-Decode's seconds per id over Relay-Decode's, within ``PACE_RATIO_BOUNDS``; 1.0
+    while either is unmeasured."""
+    if not main_s_per_id or not relay_s_per_id:
+        return 1.0
+    low, high = PACE_RATIO_BOUNDS
+    return min(high, max(low, main_s_per_id / relay_s_per_id))
+
+
 @dataclass(frozen=True)
 class PrefillCandidate:
     """A prefill instance: the prompt tokens its cache holds and the requests it is serving."""
@@ -84,8 +98,9 @@ class ClusterSnapshot:
     """What the planner sees of the cluster for one request (only instances it may use).
 
     prefill_s: expected seconds from arrival until P has prefilled (queue included);
-    handoff_gap_s: what a final handoff costs the client; turn: a counter the caller advances
-    per request, for round-robin among equals.
+    handoff_gap_s: what a final handoff costs the client; pace_ratio: Main-Decode's seconds per
+    id over Relay-Decode's (1.0 until measured); turn: a counter the caller advances per
+    request, for round-robin among equals.
     """
 
     prefills: tuple[PrefillCandidate, ...]
@@ -95,6 +110,7 @@ class ClusterSnapshot:
     handoff_gap_s: float
     kv_bytes_per_token: int
     turn: int = 0
+    pace_ratio: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -139,6 +155,7 @@ def plan(
             relay_load,
             prefill_s=s.prefill_s,
             handoff_gap_s=s.handoff_gap_s,
+            pace_ratio=s.pace_ratio,
         )
         key = (-main.covered_tokens, round(decision.est_main_ready_s, 2), main.active)
         if best is None or key < best[0]:

@@ -230,6 +230,8 @@ class PddRequestRun(RelayedPipeline):
         rec.main_itl_max_s = self._itl["main"].largest if self._itl["main"].count else None
         if rec.main_itl_s is not None and self._itl["main"].count >= MAIN_ITL_MIN_GAPS:
             self.router.note_main_itl(self.main.url, rec.main_itl_s)
+        if rec.relay_itl_s is not None and self._itl["relay"].count >= MAIN_ITL_MIN_GAPS:
+            self.router.note_relay_itl(rec.relay_itl_s)
         return Finished(finish_reason, self.prompt_tokens, rec)
 
     def _prefill_done(self, task: asyncio.Task | None = None) -> None:

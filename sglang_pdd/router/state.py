@@ -70,6 +70,9 @@ class RouterState:
         # Each Main-Decode's seconds per id at the router, learned from finished requests (the
         # overlapped switch reads it before MD's own pace for a request can be measured).
         self.main_itl_estimates = {m.url: MovingAverage() for m in config.main}
+        # Relay-Decode's seconds per id at the router (all RLDs), learned the same way: with
+        # MD's, it values RLD's head start in MD's time when a request is planned.
+        self.relay_itl_estimate = MovingAverage()
         from sglang_pdd.router.metrics import RouterMetrics
 
         self.health = InstanceHealth(config.breaker)
@@ -272,6 +275,17 @@ class RouterState:
         """A request's mean gap between Main-Decode ``url``'s chunks at the router."""
         self.main_itl_estimates[url].note(seconds)
 
+    def note_relay_itl(self, seconds: float) -> None:
+        """A request's mean gap between Relay-Decode's chunks at the router."""
+        self.relay_itl_estimate.note(seconds)
+
+    def pace_ratio(self, main_urls) -> float:
+        """Main-Decode's seconds per id (the mean over ``main_urls`` measured) over
+        Relay-Decode's, as the planner takes it (``planner.pace_ratio``)."""
+        known = [v for u in main_urls if (v := self.main_itl_estimates[u].value) is not None]
+        main = sum(known) / len(known) if known else None
+        return planner.pace_ratio(main, self.relay_itl_estimate.value)
+
     def note_prefill_time(self, seconds: float) -> None:
         """A relayed request's first token came ``seconds`` after it arrived."""
         self.prefill_estimate.note(seconds)
@@ -339,6 +353,7 @@ class RouterState:
             handoff_gap_s=self.handoff_gap_estimate_s,
             kv_bytes_per_token=self.kv_bytes_per_token,
             turn=next(self._turns),
+            pace_ratio=self.pace_ratio([site.url for site in sites]),
         )
         try:
             chosen = planner.plan(snapshot, len(input_ids), max_new_tokens, self.pipeline_policy)

@@ -131,3 +131,31 @@ def test_by_default_a_request_relays_when_its_kv_wait_outlasts_a_handoff():
     assert policy.decide(request, LINK).pipeline == "P-RLD-MD"  # no gap measured: the RTT
     with pytest.raises(ValueError, match="handoff_gap_s"):
         policy.decide(request, LINK, handoff_gap_s=float("nan"))
+
+
+@pytest.mark.parametrize(
+    "gap_s, pace_ratio, pipeline",
+    [
+        # KV wait 0.22 s + half the 0.02 s RTT = 0.23 s of RLD ids before MD's "ready" arrives.
+        (0.20, 1.0, "P-RLD-MD"),  # worth 0.23 s of MD's time: more than the 0.20 s gap
+        (0.225, 1.0, "P-RLD-MD"),  # the half RTT counts: the wait alone (0.22 s) would not
+        (0.20, 0.5, "P-MD"),  # RLD twice as slow as MD: its ids are worth 0.115 s
+        (0.10, 0.5, "P-RLD-MD"),
+        (0.40, 2.0, "P-RLD-MD"),  # MD slower than RLD: RLD's ids are worth more
+        (0.50, 2.0, "P-MD"),
+    ],
+)
+def test_rlds_head_start_is_valued_in_mds_time(gap_s, pace_ratio, pipeline):
+    """The relative objective weighs what relaying changes in the whole answer: RLD's ids made
+    until the router learns MD's KV landed, each worth MD's time per id, against the gap."""
+    d = PipelinePolicy().decide(
+        facts(64_000, 60_000), LINK, handoff_gap_s=gap_s, pace_ratio=pace_ratio
+    )
+    assert d.pipeline == pipeline, d.reason
+    assert f"x{pace_ratio:.2f} MD/RLD" in d.reason
+
+
+def test_pace_ratio_is_validated():
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="pace_ratio"):
+            PipelinePolicy().decide(facts(10, 0), LINK, pace_ratio=bad)

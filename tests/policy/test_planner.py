@@ -110,3 +110,20 @@ def test_moving_average_starts_at_its_prior_or_first_sample():
     assert first.value is None
     first.note(3.0)
     assert first.value == 3.0
+
+
+def test_the_pace_ratio_is_mds_seconds_per_id_over_rlds_within_bounds():
+    from sglang_pdd.policy.planner import PACE_RATIO_BOUNDS, pace_ratio
+
+    assert pace_ratio(None, 0.01) == pace_ratio(0.01, None) == pace_ratio(0.0, 0.01) == 1.0
+    assert pace_ratio(0.005, 0.010) == pytest.approx(0.5)
+    assert pace_ratio(0.001, 1.0) == PACE_RATIO_BOUNDS[0]
+    assert pace_ratio(1.0, 0.001) == PACE_RATIO_BOUNDS[1]
+
+
+def test_the_snapshots_pace_ratio_reaches_the_relative_objective():
+    """A relay that pays at equal paces does not once RLD is four times slower than MD."""
+    relative = PipelinePolicy(PipelinePolicyConfig())
+    equal = plan(snapshot(handoff_gap_s=0.2), 1000, 64, relative)
+    slow_relay = plan(snapshot(handoff_gap_s=0.2, pace_ratio=0.25), 1000, 64, relative)
+    assert (equal.decision.pipeline, slow_relay.decision.pipeline) == ("P-RLD-MD", "P-MD")

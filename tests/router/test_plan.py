@@ -110,3 +110,16 @@ def test_failed_instances_are_avoided_down_to_what_is_left(state):
     assert (decision.pipeline, decision.rule, rld) == ("P-MD", "failover", None)
     with pytest.raises(ValueError, match="no instance left"):
         state.plan(ids, 64, frozenset(P))
+
+
+def test_measured_paces_give_the_planner_mds_seconds_per_id_over_rlds(state):
+    urls = [m.url for m in MD]
+    assert state.pace_ratio(urls) == 1.0  # nothing measured yet
+    state.note_relay_itl(0.010)
+    assert state.pace_ratio(urls) == 1.0  # MD not measured yet
+    state.note_main_itl("http://m0:1", 0.004)
+    state.note_main_itl("http://m1:1", 0.006)
+    assert state.pace_ratio(urls) == pytest.approx(0.5)  # the MDs' mean over RLD's
+    assert state.pace_ratio(["http://m0:1"]) == pytest.approx(0.4)
+    decision, _, _ = state.plan(list(range(1000)), 64)
+    assert "MD/RLD" not in decision.reason  # an SLO is set: the ratio is not used
