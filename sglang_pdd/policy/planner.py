@@ -47,6 +47,8 @@ class MovingAverage:
         self.value = sample if known is None else known + SMOOTHING * (sample - known)
 
 
+# A request whose RLD or MD stream had this many gaps teaches its instance's pace (its mean gap).
+PACE_MIN_GAPS = 8
 # The measured MD/RLD pace ratio is trusted within these bounds (a few odd requests, e.g. one
 # whose RLD stream was frozen, must not switch relaying off or on for everyone).
 PACE_RATIO_BOUNDS = (0.25, 4.0)

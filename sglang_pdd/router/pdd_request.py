@@ -15,6 +15,7 @@ import time
 
 from sglang_pdd.cache.prefix_blocks import block_hashes
 from sglang_pdd.policy import PIPELINE_P_MD, PIPELINE_P_RLD
+from sglang_pdd.policy.planner import PACE_MIN_GAPS
 from sglang_pdd.router.record import Finished, PddRecord, TokenDelta, token_logprobs
 from sglang_pdd.router.relayed import RelayedPipeline, take_ready_event
 from sglang_pdd.router.transfers import DEFERRED
@@ -28,8 +29,6 @@ logger = logging.getLogger("sglang_pdd.router")
 # How long a request waits for a transfer of its prefix already on MD's link before sending
 # its own (a transfer that never lands must not hold every later request of its prefix).
 DEPENDENCY_TIMEOUT_S = 60
-# A request whose MD stream had this many gaps teaches the router MD's pace (its mean gap).
-MAIN_ITL_MIN_GAPS = 8
 
 
 class _Gaps:
@@ -228,9 +227,9 @@ class PddRequestRun(RelayedPipeline):
         rec.relay_itl_s = self._itl["relay"].mean
         rec.main_itl_s = self._itl["main"].mean
         rec.main_itl_max_s = self._itl["main"].largest if self._itl["main"].count else None
-        if rec.main_itl_s is not None and self._itl["main"].count >= MAIN_ITL_MIN_GAPS:
+        if rec.main_itl_s is not None and self._itl["main"].count >= PACE_MIN_GAPS:
             self.router.note_main_itl(self.main.url, rec.main_itl_s)
-        if rec.relay_itl_s is not None and self._itl["relay"].count >= MAIN_ITL_MIN_GAPS:
+        if rec.relay_itl_s is not None and self._itl["relay"].count >= PACE_MIN_GAPS:
             self.router.note_relay_itl(rec.relay_itl_s)
         return Finished(finish_reason, self.prompt_tokens, rec)
 

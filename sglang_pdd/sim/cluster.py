@@ -34,6 +34,7 @@ from sglang_pdd.policy import (
     planner,
 )
 from sglang_pdd.policy.planner import (
+    PACE_MIN_GAPS,
     PREFILL_PRIOR_S,
     ClusterSnapshot,
     MainCandidate,
@@ -41,6 +42,7 @@ from sglang_pdd.policy.planner import (
     Plan,
     PrefillCandidate,
     RelayCandidate,
+    pace_ratio,
 )
 from sglang_pdd.sim.chips import InstancePerf
 from sglang_pdd.sim.config import ClusterSpec, SimConfig
@@ -71,6 +73,7 @@ class RequestRecord:
     handoff_gap_s: float = 0.0
     completions: int = 0
     # Simulation-internal state, not reported.
+    main_first_s: float = -1.0  # MD's first id after a handoff
     handed: int = 0
     plan: Plan | None = None  # PDD: the planner's choice at arrival
     prefill_idx: int = -1
@@ -156,6 +159,10 @@ class ClusterSim:
         self.planned = bool(self.relay) and spec.cross_dc
         self.prefill_estimate = MovingAverage(PREFILL_PRIOR_S)
         self.handoff_gap_estimate = MovingAverage(spec.wan.rtt_s)
+        # Seconds per id of RLD and of MD, learned from finished requests as the router learns
+        # them: the planner values RLD's head start in MD's time (``planner.pace_ratio``).
+        self.relay_itl_estimate = MovingAverage()
+        self.main_itl_estimate = MovingAverage()
         self.prefill_active = [0] * len(self.prefill)
         self.main_active = [0] * len(self.decode)
         self._turns = itertools.count()
@@ -205,6 +212,7 @@ class ClusterSim:
             handoff_gap_s=self.handoff_gap_estimate.value,
             kv_bytes_per_token=self.kv,
             turn=next(self._turns),
+            pace_ratio=pace_ratio(self.main_itl_estimate.value, self.relay_itl_estimate.value),
         )
         chosen = planner.plan(snapshot, req.input_tokens, req.output_tokens, self.pipeline_policy)
         rec.plan, rec.pipeline = chosen, chosen.decision.pipeline
@@ -358,6 +366,7 @@ class ClusterSim:
         state.final_taken()
         relay.stop(rid)
         rec.relay_tokens = made
+        self._note_pace(self.relay_itl_estimate, rec.first_token_s, self.env.now, made)
         remaining = req.output_tokens - made
         stopped = self.env.now
         if remaining <= 0:
@@ -368,6 +377,7 @@ class ClusterSim:
 
         def ids_arrive():
             def started(r, when):
+                rec.main_first_s = when
                 rec.handoff_gap_s = max(rec.handoff_gap_s, when - stopped)
                 self.handoff_gap_estimate.note(when - stopped)
                 self._first_token(r, when)
@@ -379,12 +389,22 @@ class ClusterSim:
     def _relay_done(self, rid: int, now: float) -> None:
         rec = self.records[rid]
         rec.relay_tokens = rec.output_tokens
+        self._note_pace(self.relay_itl_estimate, rec.first_token_s, now, rec.relay_tokens)
         self._finish(rid, now)
 
     def _main_done(self, rid: int, now: float) -> None:
         rec = self.records[rid]
         rec.main_tokens = rec.output_tokens - rec.relay_tokens
+        first = rec.main_first_s if rec.relay_tokens else rec.first_token_s
+        self._note_pace(self.main_itl_estimate, first, now, rec.main_tokens)
         self._finish(rid, now)
+
+    @staticmethod
+    def _note_pace(estimate: MovingAverage, first_s: float, last_s: float, ids: int) -> None:
+        """Fold one request's seconds per id into ``estimate`` when it made enough ids to say
+        (``PACE_MIN_GAPS`` gaps, as the router)."""
+        if first_s >= 0 and ids > PACE_MIN_GAPS:
+            estimate.note((last_s - first_s) / (ids - 1))
 
     def _finish(self, rid: int, now: float) -> None:
         rec = self.records[rid]

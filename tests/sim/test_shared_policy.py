@@ -133,3 +133,31 @@ def test_router_and_simulator_plan_through_one_function(monkeypatch):
         chosen.main,
     )
     assert snap.prefill_s == planner.PREFILL_PRIOR_S
+
+
+def test_the_simulator_learns_rld_and_md_paces_and_plans_with_their_ratio():
+    """As the router: each finished request teaches RLD's and MD's seconds per id, and later
+    plans value RLD's head start with their ratio (``planner.pace_ratio``)."""
+    from sglang_pdd.policy.planner import pace_ratio
+
+    from sglang_pdd.sim.link import LinkConfig
+
+    # A slow link (0.1 Gbit/s: 20,000 tokens' KV take 1.6 s) so that RLD makes tens of ids.
+    s = spec("pdd", wan=LinkConfig(bandwidth_gbps=0.1, rtt_s=0.01, cost_per_gbps_hour=0.0))
+    pipeline = RecordingPolicy()
+    seen = []
+    original = pipeline.decide
+
+    def decide(facts, link, relay_load=0.0, **estimates):
+        seen.append(estimates["pace_ratio"])
+        return original(facts, link, relay_load, **estimates)
+
+    pipeline.decide = decide
+    sim = ClusterSim(s, config(s), pipeline, RecordingHandoff())
+    # 60 s apart: each request has finished (taught both paces) before the next is planned.
+    reqs = [req(i, 60.0 * i, 20_000, 400, range(i * 100, i * 100 + 40)) for i in range(3)]
+    sim.run(reqs)
+    relay, main = sim.relay_itl_estimate.value, sim.main_itl_estimate.value
+    assert relay is not None and relay > 0 and main is not None and main > 0
+    assert seen[0] == 1.0  # nothing measured before the first request
+    assert seen[-1] != 1.0 and seen[-1] == pytest.approx(pace_ratio(main, relay), rel=0.5)
