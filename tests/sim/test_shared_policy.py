@@ -7,7 +7,9 @@ import pytest
 
 import sglang_pdd.policy as policy
 from sglang_pdd.sim import cluster
+from sglang_pdd.policy.planner import pace_ratio
 from sglang_pdd.sim.cluster import ClusterSim
+from sglang_pdd.sim.link import LinkConfig
 
 from .helpers import config, req, spec
 
@@ -138,10 +140,6 @@ def test_router_and_simulator_plan_through_one_function(monkeypatch):
 def test_the_simulator_learns_rld_and_md_paces_and_plans_with_their_ratio():
     """As the router: each finished request teaches RLD's and MD's seconds per id, and later
     plans value RLD's head start with their ratio (``planner.pace_ratio``)."""
-    from sglang_pdd.policy.planner import pace_ratio
-
-    from sglang_pdd.sim.link import LinkConfig
-
     # A slow link (0.1 Gbit/s: 20,000 tokens' KV take 1.6 s) so that RLD makes tens of ids.
     s = spec("pdd", wan=LinkConfig(bandwidth_gbps=0.1, rtt_s=0.01, cost_per_gbps_hour=0.0))
     pipeline = RecordingPolicy()
