@@ -6,8 +6,8 @@ import importlib.util
 import pytest
 
 import sglang_pdd.policy as policy
-from sglang_pdd.sim import cluster
 from sglang_pdd.policy.planner import pace_ratio
+from sglang_pdd.sim import cluster
 from sglang_pdd.sim.cluster import ClusterSim
 from sglang_pdd.sim.link import LinkConfig
 
