@@ -232,6 +232,31 @@ def start_link_proxy(
     return proxy
 
 
+@dataclass(frozen=True)
+class LaunchedMainDecode:
+    """A Main-Decode launched by ``launch_main_decode``, still starting: ``ready()`` waits for
+    it and puts its WAN proxies in front of it."""
+
+    group: ServerGroup
+    server: ServerProcess
+    control_port: int
+    events_port: int | None
+    wan: WanLinkConfig
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every process name it has or will have in its group (for ``stop_named``)."""
+        tag = self.server.name
+        proxies = ("http", "control") + (("kv-events",) if self.events_port else ())
+        return (self.server.name, *(f"wan-{kind}-{tag}" for kind in proxies))
+
+    def ready(self, timeout: float = 300.0) -> MainDecodeSite:
+        self.group.wait_ready(self.server, timeout)
+        return _site(
+            self.group, self.server, self.server.name, self.control_port, self.events_port, self.wan
+        )
+
+
 def add_main_decode(
     group: ServerGroup,
     cluster: PddCluster,
@@ -248,6 +273,22 @@ def add_main_decode(
     ``tp_size`` > 1 runs it tensor-parallel (on the CPU each rank gets its share of the
     datacenter's cores); ``overlap_schedule`` runs SGLang's overlap scheduler on it;
     ``extra_args`` go to its command line."""
+    return launch_main_decode(
+        group, cluster, name, max_total_tokens, env, tp_size, overlap_schedule, extra_args
+    ).ready()
+
+
+def launch_main_decode(
+    group: ServerGroup,
+    cluster: PddCluster,
+    name: str,
+    max_total_tokens: int | None = None,
+    env: dict[str, str] | None = None,
+    tp_size: int = 1,
+    overlap_schedule: bool = False,
+    extra_args: tuple[str, ...] = (),
+) -> LaunchedMainDecode:
+    """``add_main_decode`` without the wait: the Main-Decode starts while the caller goes on."""
     cfg = cluster.config
     control_port, events_port = free_port(), free_port()
     extra = (
@@ -272,7 +313,7 @@ def add_main_decode(
         env.setdefault(
             "SGLANG_CPU_OMP_THREADS_BIND", cpu_rank_binding(cfg.datacenter_cpus[1], tp_size)
         )
-    (server,) = group.start(
+    server = group.launch(
         ServerSpec(
             name,
             role="decode",
@@ -286,7 +327,8 @@ def add_main_decode(
             overlap_schedule=overlap_schedule,
         )
     )
-    return _site(group, server, name, control_port, events_port if cfg.kv_events else None, cfg.wan)
+    events = events_port if cfg.kv_events else None
+    return LaunchedMainDecode(group, server, control_port, events, cfg.wan)
 
 
 def cpu_rank_binding(cpus: str, ranks: int) -> str:

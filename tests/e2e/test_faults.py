@@ -78,39 +78,92 @@ def _reference(colocated, body) -> list[int]:
     return generate(colocated.url, {k: v for k, v in body.items() if k != "rid"}).output_ids
 
 
-def _doomed_main(server_group, pdd_cluster, held_links, **router_overrides):
+# Which kind of server of its own each fixture's test kills (launched one test ahead).
+_KINDS = {
+    "doomed_main": "main",
+    "doomed_main_checked_often": "main",
+    "ttl_main": "main-ttl",
+    "doomed_relay": "relay",
+    "doomed_relay_slow_catch_up": "relay",
+    "doomed_prefill": "prefill",
+}
+
+
+@pytest.fixture(scope="module")
+def kv_fault_dir(tmp_path_factory):
+    """Where each doomed prefill server's KV-link fault file is (named after the server)."""
+    return tmp_path_factory.mktemp("kv-link-faults")
+
+
+@pytest.fixture(scope="module")
+def ahead(server_group, tiny_model, pdd_cluster, kv_fault_dir):
+    """Each test's own server, launched while the test before it runs (``launch_ahead.py``)."""
+    from sglang_pdd.testbed.cluster import launch_main_decode
+    from tests.e2e.launch_ahead import LaunchAhead, LaunchedServer
+
+    def main():
+        return launch_main_decode(server_group, pdd_cluster, f"main-doomed-{next(_names)}")
+
+    def main_ttl():
+        name = f"main-ttl-{next(_names)}"
+        ttl = ("--pdd-parked-ttl-s", "3")
+        return launch_main_decode(server_group, pdd_cluster, name, extra_args=ttl)
+
+    def relay():
+        spec = _relay_spec(f"relay-doomed-{next(_names)}", tiny_model)
+        return LaunchedServer(server_group, server_group.launch(spec))
+
+    def prefill():
+        name = f"prefill-doomed-{next(_names)}"
+        spec = _prefill_spec(name, tiny_model, pdd_cluster, kv_fault_dir / name)
+        return LaunchedServer(server_group, server_group.launch(spec))
+
+    launchers = {"main": main, "main-ttl": main_ttl, "relay": relay, "prefill": prefill}
+    servers = LaunchAhead(server_group, launchers, _KINDS)
+    yield servers
+    servers.close()
+
+
+def _doomed_main(request, ahead, server_group, pdd_cluster, held_links, **router_overrides):
     """A Main-Decode of this test's own (behind its own WAN proxies) and a router using it. The
     router reaches RLD through the gate of ``held_links``: ``_main_takes_over`` holds RLD's
     stream, so the request cannot finish on RLD before the new MD, whose first KV transfer
     can take seconds, is ready."""
-    from sglang_pdd.testbed.cluster import add_main_decode, start_router
+    from sglang_pdd.testbed.cluster import start_router
 
-    name = f"main-doomed-{next(_names)}"
-    site = add_main_decode(server_group, pdd_cluster, name)
+    site, names = ahead.take(request, "main")
     router = start_router(
         server_group,
         pdd_cluster,
-        name=f"router-{name}",
+        name=f"router-{site.server.name}",
         mains=[site],
         relay_url=held_links.relay.url,
         **{"tail_on_relay": False, "handoff_switch": "hold", **router_overrides},
     )
     yield site, router
-    server_group.stop_named(
-        router.name, name, f"wan-http-{name}", f"wan-control-{name}", f"wan-kv-events-{name}"
+    server_group.stop_named(router.name, *names)
+
+
+@pytest.fixture
+def doomed_main(request, ahead, server_group, pdd_cluster, held_links):
+    yield from _doomed_main(request, ahead, server_group, pdd_cluster, held_links)
+
+
+@pytest.fixture
+def doomed_main_checked_often(request, ahead, server_group, pdd_cluster, held_links):
+    """As ``doomed_main``, with its router asking MD for /ready every 0.25 s (default 2 s), so
+    that a SIGTERM's 503 is seen within a few dozen of MD's ids."""
+    yield from _doomed_main(
+        request, ahead, server_group, pdd_cluster, held_links, instance_check_interval_s=0.25
     )
 
 
 @pytest.fixture
-def doomed_main(server_group, pdd_cluster, held_links):
-    yield from _doomed_main(server_group, pdd_cluster, held_links)
-
-
-@pytest.fixture
-def doomed_main_checked_often(server_group, pdd_cluster, held_links):
-    """As ``doomed_main``, with its router asking MD for /ready every 0.25 s (default 2 s), so
-    that a SIGTERM's 503 is seen within a few dozen of MD's ids."""
-    yield from _doomed_main(server_group, pdd_cluster, held_links, instance_check_interval_s=0.25)
+def ttl_main(request, ahead, server_group):
+    """A Main-Decode of the test's own that ends a parked request after 3 s."""
+    site, names = ahead.take(request, "main-ttl")
+    yield site
+    server_group.stop_named(*names)
 
 
 def test_main_decode_killed_after_the_handoff_the_request_continues(
@@ -203,21 +256,26 @@ def test_main_decode_killed_while_the_request_is_parked_relay_decode_finishes_it
     wait_router_settled(router.url)
 
 
-def _doomed_relay(server_group, tiny_model, pdd_cluster, gated=False, **router_overrides):
+def _relay_spec(name: str, tiny_model):
+    from sglang_pdd.testbed.launcher import ServerSpec
+    from tests.e2e.conftest import _common
+
+    return ServerSpec(
+        name, role="decode", extra_args=("--pdd-role", "relay"), **_common(tiny_model)
+    )
+
+
+def _doomed_relay(request, ahead, server_group, pdd_cluster, gated=False, **router_overrides):
     """A Relay-Decode of the test's own, and a router using it beside the cluster's MD (over a
     control link of its own that the test can stall); ``gated``: the router reads RLD through
     a ``RelayGate`` (yielded last, else None)."""
     from dataclasses import replace
 
     from sglang_pdd.testbed.cluster import start_link_proxy, start_router
-    from sglang_pdd.testbed.launcher import ServerSpec
     from sglang_pdd.testbed.relay_gate import RelayGate
-    from tests.e2e.conftest import _common
 
-    name = f"relay-doomed-{next(_names)}"
-    relay = server_group.start(
-        ServerSpec(name, role="decode", extra_args=("--pdd-role", "relay"), **_common(tiny_model))
-    )[0]
+    relay, _ = ahead.take(request, "relay")
+    name = relay.name
     gate = RelayGate(relay.url) if gated else None
     main = pdd_cluster.mains[0]
     control = start_link_proxy(
@@ -240,17 +298,18 @@ def _doomed_relay(server_group, tiny_model, pdd_cluster, gated=False, **router_o
 
 
 @pytest.fixture
-def doomed_relay(server_group, tiny_model, pdd_cluster):
-    yield from _doomed_relay(server_group, tiny_model, pdd_cluster, gated=True)
+def doomed_relay(request, ahead, server_group, pdd_cluster):
+    yield from _doomed_relay(request, ahead, server_group, pdd_cluster, gated=True)
 
 
 @pytest.fixture
-def doomed_relay_slow_catch_up(server_group, tiny_model, pdd_cluster):
+def doomed_relay_slow_catch_up(request, ahead, server_group, pdd_cluster):
     """As ``doomed_relay``, with Catch-Up in chunks of one id: MD, once ready, lags RLD for as
     long as RLD serves."""
     yield from _doomed_relay(
+        request,
+        ahead,
         server_group,
-        tiny_model,
         pdd_cluster,
         gated=True,
         handoff_mode="catch-up",
@@ -289,42 +348,35 @@ def test_relay_decode_killed_before_the_handoff_main_decode_takes_the_request(
 
 
 def test_a_parked_request_nobody_hands_off_or_releases_is_ended_after_the_ttl(
-    server_group, pdd_cluster
+    ttl_main, pdd_cluster
 ):
     """A relayed request parks on MD and its router never sends anything (no watch, handoff or
     release): MD ends it after --pdd-parked-ttl-s, caching its KV, and returns to idle."""
-    from sglang_pdd.testbed.cluster import add_main_decode
     from sglang_pdd.testbed.launcher import post_json
 
-    name = f"main-ttl-{next(_names)}"
-    site = add_main_decode(server_group, pdd_cluster, name, extra_args=("--pdd-parked-ttl-s", "3"))
-    try:
-        prefill = pdd_cluster.prefill
-        rng = random.Random(55)
-        common = {
-            "input_ids": [rng.randrange(10, 250) for _ in range(300)],
-            "sampling_params": {"temperature": 0.0, "max_new_tokens": 20},
-            "bootstrap_host": prefill.host,
-            "bootstrap_port": prefill.bootstrap_port,
-            "bootstrap_room": rng.getrandbits(63),
-        }
-        with ThreadPoolExecutor(2) as pool:
-            on_p = pool.submit(post_json, f"{prefill.url}/generate", {**common, "rid": "ttl.p"})
-            parked = {**common, "rid": f"ttl-{uuid.uuid4().hex[:6]}.pdd-relayed"}
-            on_md = pool.submit(post_json, f"{site.server.url}/generate", parked)
-            status, body = on_md.result(timeout=300)
-            on_p.result(timeout=300)
-        reason = body.get("meta_info", {}).get("finish_reason") or body
-        assert "abort" in json.dumps(reason), (status, body)  # ended, not decoded
-        assert "without a handoff or release: ending it" in site.server.log_text()
-        deadline = time.monotonic() + 120
-        while requests.post(f"{site.server.url}/flush_cache", timeout=30).status_code != 200:
-            assert time.monotonic() < deadline, "Main-Decode still holds the request"
-            time.sleep(0.2)
-    finally:
-        server_group.stop_named(
-            name, f"wan-http-{name}", f"wan-control-{name}", f"wan-kv-events-{name}"
-        )
+    site = ttl_main
+    prefill = pdd_cluster.prefill
+    rng = random.Random(55)
+    common = {
+        "input_ids": [rng.randrange(10, 250) for _ in range(300)],
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": 20},
+        "bootstrap_host": prefill.host,
+        "bootstrap_port": prefill.bootstrap_port,
+        "bootstrap_room": rng.getrandbits(63),
+    }
+    with ThreadPoolExecutor(2) as pool:
+        on_p = pool.submit(post_json, f"{prefill.url}/generate", {**common, "rid": "ttl.p"})
+        parked = {**common, "rid": f"ttl-{uuid.uuid4().hex[:6]}.pdd-relayed"}
+        on_md = pool.submit(post_json, f"{site.server.url}/generate", parked)
+        status, body = on_md.result(timeout=300)
+        on_p.result(timeout=300)
+    reason = body.get("meta_info", {}).get("finish_reason") or body
+    assert "abort" in json.dumps(reason), (status, body)  # ended, not decoded
+    assert "without a handoff or release: ending it" in site.server.log_text()
+    deadline = time.monotonic() + 120
+    while requests.post(f"{site.server.url}/flush_cache", timeout=30).status_code != 200:
+        assert time.monotonic() < deadline, "Main-Decode still holds the request"
+        time.sleep(0.2)
 
 
 def test_draining_main_decode_moves_its_streams_and_takes_no_new_work(
@@ -422,44 +474,50 @@ def _kill_once_main_is_ready(router, rid, control, relay, gate) -> None:
     gate.release()  # the gate reads on, finds RLD gone and breaks the router's stream
 
 
+def _prefill_spec(name: str, tiny_model, pdd_cluster, fault_file):
+    """A prefill server whose KV for datacenter B crawls at 1 Mbit/s over an emulated link
+    ``fault_file`` can stall or drop."""
+    from sglang_pdd.testbed.cluster import DATACENTER_B_HOST
+    from sglang_pdd.testbed.launcher import ServerSpec
+
+    wan = pdd_cluster.config.wan
+    return ServerSpec(
+        name,
+        role="prefill",
+        model_path=str(tiny_model),
+        dtype=pdd_cluster.config.dtype,
+        chunked_prefill_size=pdd_cluster.config.chunked_prefill_size,
+        # A session its sends failed on is probed (and back in use) after 1 s, not 30.
+        env=(("SGLANG_FAILED_SESSION_PROBE_INTERVAL_S", "1"),),
+        extra_args=(
+            "--pdd-role",
+            "prefill",
+            "--pdd-wan-hosts",
+            DATACENTER_B_HOST,
+            "--pdd-wan-bandwidth-mbps",
+            "1",
+            "--pdd-wan-delay-ms",
+            str(wan.one_way_delay_ms),
+            "--pdd-wan-fault-file",
+            str(fault_file),
+            "--pdd-seeded-sampling",
+        ),
+    )
+
+
 @pytest.fixture
-def doomed_prefill(server_group, tiny_model, pdd_cluster, held_links, tmp_path):
+def doomed_prefill(request, ahead, server_group, pdd_cluster, held_links, kv_fault_dir):
     """A prefill server of this test's own, whose KV for datacenter B crawls at 1 Mbit/s (a
     prompt's transfer to MD takes seconds after RLD's has landed) over an emulated link its
     fault file can stall or drop, and a router over it, the cluster's RLD (through the gate of
     ``held_links``) and MD (through its stallable link). Yields (P, router, fault file)."""
     from dataclasses import replace
 
-    from sglang_pdd.testbed.cluster import DATACENTER_B_HOST, start_router
-    from sglang_pdd.testbed.launcher import ServerSpec
+    from sglang_pdd.testbed.cluster import start_router
 
-    name = f"prefill-doomed-{next(_names)}"
-    wan = pdd_cluster.config.wan
-    fault_file = tmp_path / "kv-link"
-    (prefill,) = server_group.start(
-        ServerSpec(
-            name,
-            role="prefill",
-            model_path=str(tiny_model),
-            dtype=pdd_cluster.config.dtype,
-            chunked_prefill_size=pdd_cluster.config.chunked_prefill_size,
-            # A session its sends failed on is probed (and back in use) after 1 s, not 30.
-            env=(("SGLANG_FAILED_SESSION_PROBE_INTERVAL_S", "1"),),
-            extra_args=(
-                "--pdd-role",
-                "prefill",
-                "--pdd-wan-hosts",
-                DATACENTER_B_HOST,
-                "--pdd-wan-bandwidth-mbps",
-                "1",
-                "--pdd-wan-delay-ms",
-                str(wan.one_way_delay_ms),
-                "--pdd-wan-fault-file",
-                str(fault_file),
-                "--pdd-seeded-sampling",
-            ),
-        )
-    )
+    prefill, _ = ahead.take(request, "prefill")
+    name = prefill.name
+    fault_file = kv_fault_dir / name
     site = replace(
         pdd_cluster.mains[0], control_via_wan=held_links.control.url.replace("http://", "tcp://")
     )

@@ -33,6 +33,16 @@ def test_each_server_gets_mooncake_ports_no_other_server_had():
     assert server_env(pinned, free_port())["MC_MIN_PRC_PORT"] == "15000"  # spec.env wins
 
 
+def test_each_server_runs_one_torch_thread_per_core_it_is_given():
+    """Pinned, one thread per pinned core; unpinned, one (it shares the host's cores with the
+    other servers: two threads each spin at every op's barrier, twice the CPU for the same
+    work); ``spec.env`` may say otherwise."""
+    threads = lambda spec: server_env(spec, free_port())["OMP_NUM_THREADS"]  # noqa: E731
+    assert threads(ServerSpec("d", "/m", cpus="0-2")) == "3"
+    assert threads(ServerSpec("d", "/m")) == "1"
+    assert threads(ServerSpec("d", "/m", env=(("OMP_NUM_THREADS", "4"),))) == "4"
+
+
 def test_free_ports_lie_below_the_ephemeral_range():
     """Outgoing connections take their local port from the ephemeral range; a server port
     picked there could be taken before the server binds it."""
