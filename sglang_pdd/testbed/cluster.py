@@ -258,24 +258,11 @@ class LaunchedMainDecode:
 
 
 def add_main_decode(
-    group: ServerGroup,
-    cluster: PddCluster,
-    name: str,
-    max_total_tokens: int | None = None,
-    env: dict[str, str] | None = None,
-    tp_size: int = 1,
-    overlap_schedule: bool = False,
-    extra_args: tuple[str, ...] = (),
+    group: ServerGroup, cluster: PddCluster, name: str, **options
 ) -> MainDecodeSite:
     """Start one more Main-Decode in datacenter B (behind its own WAN proxies), not yet known to
-    any router: pass ``mains=`` to ``start_router``. ``max_total_tokens`` sizes its KV pool
-    (default: the cluster's); ``env`` adds environment variables (SGLang's ``SGLANG_*`` knobs);
-    ``tp_size`` > 1 runs it tensor-parallel (on the CPU each rank gets its share of the
-    datacenter's cores); ``overlap_schedule`` runs SGLang's overlap scheduler on it;
-    ``extra_args`` go to its command line."""
-    return launch_main_decode(
-        group, cluster, name, max_total_tokens, env, tp_size, overlap_schedule, extra_args
-    ).ready()
+    any router: pass ``mains=`` to ``start_router``. ``options`` are ``launch_main_decode``'s."""
+    return launch_main_decode(group, cluster, name, **options).ready()
 
 
 def launch_main_decode(
@@ -288,7 +275,12 @@ def launch_main_decode(
     overlap_schedule: bool = False,
     extra_args: tuple[str, ...] = (),
 ) -> LaunchedMainDecode:
-    """``add_main_decode`` without the wait: the Main-Decode starts while the caller goes on."""
+    """Launch one more Main-Decode in datacenter B without waiting (``.ready()`` waits and puts
+    its WAN proxies in front). ``max_total_tokens`` sizes its KV pool (default: the cluster's);
+    ``env`` adds environment variables (SGLang's ``SGLANG_*`` knobs); ``tp_size`` > 1 runs it
+    tensor-parallel (on the CPU each rank gets its share of the datacenter's cores);
+    ``overlap_schedule`` runs SGLang's overlap scheduler on it; ``extra_args`` go to its
+    command line."""
     cfg = cluster.config
     control_port, events_port = free_port(), free_port()
     extra = (
