@@ -83,43 +83,87 @@ async def post_json(
 async def stream_sse(
     session: aiohttp.ClientSession, url: str, body: dict, incremental: bool = False
 ):
-    """POST with ``stream: true`` and yield each JSON chunk until ``[DONE]``.
+    """POST with ``stream: true`` and yield chunks until ``[DONE]``.
 
     Chunks always carry the cumulative ``output_ids`` (SGLang's default). ``incremental``: the
     server runs with ``--incremental-streaming-output`` (each chunk carries only its new ids,
     which keeps a long stream across a WAN linear in size); the ids (and, with
-    ``return_logprob``, the output logprob entries) are accumulated here."""
-    ids: list[int] = []
-    logprobs: dict[str, list] = {"output_token_logprobs": [], "output_top_logprobs": []}
+    ``return_logprob``, the output logprob entries) are accumulated here.
+
+    One chunk is yielded per read of the socket: the chunks that arrived together are merged
+    (every id, the last one's ``meta_info``). Under load, when a decode step's chunks for many
+    streams wait while the router serves others, the router's per-chunk work (queue, detokenize,
+    write to the client) is then paid once per read instead of once per token."""
+    chunks = _ChunkReader(incremental, bool(body.get("return_logprob")))
     async with session.post(url, json={**body, "stream": True}) as resp:
         if resp.status != 200:
             raise UpstreamError(resp.status, await _error_body(resp))
-        async for raw in resp.content:
-            line = raw.strip()
+        while True:
+            data = await resp.content.readany()
+            latest, done = chunks.feed(data)
+            if latest is not None:
+                yield latest
+            if done or not data:
+                return
+
+
+class _ChunkReader:
+    """An SSE byte stream to cumulative chunks. ``feed(data)`` takes what one read returned
+    (``b""``: the stream ended) and returns the latest whole chunk in it (None if none ended in
+    it) and whether ``[DONE]`` came; an error chunk raises ``UpstreamError``."""
+
+    def __init__(self, incremental: bool, logprobs: bool) -> None:
+        self.incremental = incremental
+        self.logprobs = logprobs
+        self.ids: list[int] = []
+        self.entries: dict[str, list] = {"output_token_logprobs": [], "output_top_logprobs": []}
+        self.pending = bytearray()  # the start of a line the next read completes
+
+    def feed(self, data: bytes) -> tuple[dict | None, bool]:
+        self.pending += data
+        # Whole lines only (a chunk may be split across reads); at the end, what is left.
+        end = self.pending.rfind(b"\n") if data else len(self.pending)
+        if end < 0:
+            return None, False
+        lines = bytes(self.pending[:end]).split(b"\n")
+        del self.pending[: end + 1]
+        latest = None
+        for line in lines:
+            line = line.strip()
             if not line.startswith(b"data:"):
                 continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                return
-            chunk = orjson.loads(data)  # every chunk of every stream: the fast parser
-            if isinstance(chunk, dict) and "error" in chunk and "output_ids" not in chunk:
-                raise UpstreamError(
-                    chunk["error"].get("code", 500) if isinstance(chunk["error"], dict) else 500,
-                    chunk,
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                return self._out(latest), True
+            latest = self._chunk(orjson.loads(payload))  # every chunk of every stream: orjson
+        return self._out(latest), False
+
+    def _chunk(self, chunk):
+        if isinstance(chunk, dict) and "error" in chunk and "output_ids" not in chunk:
+            error = chunk["error"]
+            raise UpstreamError(error.get("code", 500) if isinstance(error, dict) else 500, chunk)
+        if self.incremental and isinstance(chunk, dict) and "output_ids" in chunk:
+            meta = chunk.get("meta_info") or {}
+            reason = meta.get("finish_reason") or {}
+            # SGLang's final chunk of an aborted incremental stream repeats the last id.
+            if not (isinstance(reason, dict) and reason.get("type") == "abort"):
+                self.ids.extend(chunk["output_ids"])
+                for key, acc in self.entries.items():  # new entries only, like the ids
+                    acc.extend(meta.get(key) or [])
+        return chunk
+
+    def _out(self, chunk):
+        """``chunk`` with the ids (and logprob entries) so far: what every chunk before it in
+        the same read carried is in it."""
+        if chunk is None or not (self.incremental and isinstance(chunk, dict)):
+            return chunk
+        if "output_ids" in chunk:
+            chunk["output_ids"] = list(self.ids)
+            if self.logprobs:
+                chunk.setdefault("meta_info", {}).update(
+                    {key: list(acc) for key, acc in self.entries.items()}
                 )
-            if incremental and isinstance(chunk, dict) and "output_ids" in chunk:
-                reason = (chunk.get("meta_info") or {}).get("finish_reason") or {}
-                # SGLang's final chunk of an aborted incremental stream repeats the last id.
-                if not (isinstance(reason, dict) and reason.get("type") == "abort"):
-                    ids.extend(chunk["output_ids"])
-                    for key, acc in logprobs.items():  # new entries only, like the ids
-                        acc.extend((chunk.get("meta_info") or {}).get(key) or [])
-                chunk["output_ids"] = list(ids)
-                if body.get("return_logprob"):
-                    chunk.setdefault("meta_info", {}).update(
-                        {key: list(acc) for key, acc in logprobs.items()}
-                    )
-            yield chunk
+        return chunk
 
 
 # An abort is best effort: a partitioned instance must not hold a request's clean-up (or its

@@ -55,3 +55,36 @@ def test_phases_add_up_to_e2e(fields, phases):
     if phases:
         assert sum(record.phases().values()) == pytest.approx(record.e2e_s)
     assert record.as_dict()["phases"] == pytest.approx(phases, abs=1e-4)
+
+
+def test_as_dict_is_the_deep_copy_rounded():
+    """``as_dict`` runs for every streamed chunk and copies by hand: it must equal the plain
+    ``dataclasses.asdict`` with floats rounded, key for key and in order, for a record of every
+    field set (a field added with a nested value would need a deep copy again)."""
+    from dataclasses import asdict, fields
+
+    record = PddRecord("P-RLD-MD")
+    for i, f in enumerate(fields(PddRecord)):
+        current = getattr(record, f.name)
+        if isinstance(current, list):
+            setattr(record, f.name, [0.123456 * (i + 1), 2.5] if "gaps" in f.name else ["a"])
+        elif isinstance(current, str):
+            setattr(record, f.name, f"v{i}")
+        elif isinstance(current, int):
+            setattr(record, f.name, i)
+        else:
+            setattr(record, f.name, 0.1234567 * (i + 1))
+    deep = asdict(record)
+    expected = {
+        k: [round(x, 4) for x in v]
+        if k == "handoff_gaps_s"
+        else round(v, 4)
+        if isinstance(v, float)
+        else v
+        for k, v in deep.items()
+    }
+    got = record.as_dict()
+    phases = got.pop("phases")
+    assert list(got) == list(expected) and got == expected
+    assert phases == {k: round(v, 4) for k, v in record.phases().items()}
+    assert got["migrations"] is not record.migrations  # a copy: later changes do not leak

@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+from itertools import pairwise
 
 import aiohttp
 import pytest
@@ -43,22 +44,86 @@ def _collect(chunks, incremental):
     return asyncio.run(run())
 
 
+def _growing(collected):
+    """Each chunk's cumulative ids extend the previous chunk's (chunks that arrived in one
+    read are merged, so how many there are depends on timing)."""
+    return all(b[: len(a)] == a and len(b) > len(a) for a, b in pairwise(collected))
+
+
 def test_incremental_chunks_become_cumulative():
     chunks = [
         {"output_ids": [1], "meta_info": {}},
         {"output_ids": [2, 3], "meta_info": {}},
         {"output_ids": [4], "meta_info": {"finish_reason": {"type": "length"}}},
     ]
-    assert _collect(chunks, incremental=True) == [[1], [1, 2, 3], [1, 2, 3, 4]]
+    got = _collect(chunks, incremental=True)
+    assert got[-1] == [1, 2, 3, 4] and _growing(got)
 
 
 def test_cumulative_chunks_pass_through_and_abort_repeat_is_ignored():
-    assert _collect([{"output_ids": [1]}, {"output_ids": [1, 2]}], False) == [[1], [1, 2]]
+    got = _collect([{"output_ids": [1]}, {"output_ids": [1, 2]}], False)
+    assert got[-1] == [1, 2] and _growing(got)
     aborted = [
         {"output_ids": [5], "meta_info": {}},
         {"output_ids": [5], "meta_info": {"finish_reason": {"type": "abort"}}},
     ]
-    assert _collect(aborted, incremental=True) == [[5], [5]]
+    assert _collect(aborted, incremental=True)[-1] == [5]
+
+
+def _sse(chunks) -> bytes:
+    return b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"
+
+
+@given(
+    st.lists(st.lists(st.integers(0, 1000), min_size=1, max_size=4), min_size=1, max_size=12),
+    st.lists(st.integers(0, 10_000), max_size=20),
+    st.booleans(),
+)
+def test_reads_split_anywhere_give_the_same_ids_and_last_chunk(pieces, cuts, logprobs):
+    """However the socket splits the stream (mid-line, mid-chunk, many chunks at once), the
+    reader yields growing cumulative ids, ending with every id, the last chunk's finish reason
+    and every logprob entry, then ``[DONE]``."""
+    from sglang_pdd.router.upstream import _ChunkReader
+
+    chunks = []
+    for i, ids in enumerate(pieces):
+        meta = {"output_token_logprobs": [[-0.5, t, None] for t in ids]}
+        if i == len(pieces) - 1:
+            meta["finish_reason"] = {"type": "length", "length": i}
+        chunks.append({"output_ids": ids, "meta_info": meta, "text": "x"})
+    stream = _sse(chunks)
+    bounds = sorted({c % (len(stream) + 1) for c in cuts} | {0, len(stream)})
+    reader = _ChunkReader(incremental=True, logprobs=logprobs)
+    got, done = [], False
+    for a, b in pairwise(bounds):
+        assert not done
+        latest, done = reader.feed(stream[a:b])
+        if latest is not None:
+            got.append(latest)
+    assert done and _growing([c["output_ids"] for c in got])
+    everything = [t for ids in pieces for t in ids]
+    assert got[-1]["output_ids"] == everything
+    assert got[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": len(pieces) - 1}
+    if logprobs:
+        assert [e[1] for e in got[-1]["meta_info"]["output_token_logprobs"]] == everything
+
+
+def test_an_error_chunk_raises_after_the_ids_before_it():
+    from sglang_pdd.router.upstream import UpstreamError, _ChunkReader
+
+    reader = _ChunkReader(incremental=True, logprobs=False)
+    assert reader.feed(b'data: {"output_ids": [1], "meta_info": {}}\n\n')[0]["output_ids"] == [1]
+    with pytest.raises(UpstreamError) as caught:
+        reader.feed(b'data: {"error": {"message": "boom", "code": 503}}\n\n')
+    assert caught.value.status == 503
+
+
+def test_a_stream_that_ends_without_a_newline_still_gives_its_last_chunk():
+    from sglang_pdd.router.upstream import _ChunkReader
+
+    reader = _ChunkReader(incremental=False, logprobs=False)
+    assert reader.feed(b'data: {"output_ids": [1, 2]}') == (None, False)
+    assert reader.feed(b"") == ({"output_ids": [1, 2]}, False)
 
 
 def test_an_abort_to_an_instance_that_never_answers_gives_up():
