@@ -8,6 +8,11 @@ from sglang_pdd.options import option
 from sglang_pdd.policy import HANDOFF_RETRY_S, HandoffPolicyConfig, PipelinePolicyConfig
 from sglang_pdd.router.breaker import BreakerConfig
 
+# SGLang tool-call parsers the router parses answers with as SGLang does, each tested against a
+# co-located server (a classic detector: a begin/end tag per call, no response template, no
+# model-specific ids): --tool-call-parser.
+TOOL_CALL_PARSERS = ("qwen25",)
+
 MAIN_TRANSFER_STARTS = ("with-prefill", "after-relay")
 HANDOFF_SWITCHES = ("overlap", "hold")
 
@@ -159,6 +164,14 @@ class RouterConfig:
         False,
         "/generate streams send only the new output ids and text in each chunk, as "
         "SGLang's flag of the same name (default: cumulative, as SGLang's default)",
+    )
+    # The router parses tool calls itself (router/tool_calls.py), with SGLang's parser.
+    tool_call_parser: str | None = option(
+        None,
+        "parse OpenAI tool calls from chat answers with this SGLang parser (SGLang's flag of the "
+        "same name; without it, tool_choice required or named gets SGLang's JSON-array grammar "
+        "and the answer stays text, as in SGLang)",
+        choices=TOOL_CALL_PARSERS,
     )
     # A seeded request with temperature > 0 then draws the same tokens on each instance.
     seeded_sampling: bool = option(

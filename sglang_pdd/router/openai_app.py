@@ -10,7 +10,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from sglang_pdd.router import openai_format as oai
-from sglang_pdd.router import openai_logprobs
+from sglang_pdd.router import openai_logprobs, tool_calls
 from sglang_pdd.router.fanout import SubRequest, merged_events, sample_count
 from sglang_pdd.router.record import TokenDelta
 from sglang_pdd.router.request_fields import (
@@ -40,9 +40,20 @@ async def serve_openai(request: web.Request, state: RouterState, kind: str):
     if unsupported := unsupported_fields(body, OPENAI_FIELDS):
         raise oai.bad_request(unsupported_message(unsupported))
     model = body.get("model") or state.model_info.get("model_path", "default")
+    plan = None
     if kind == "chat":
-        ids = oai.chat_prompt(body, state.tokenizer)
+        plan = tool_calls.plan_tools(body, state.config.tool_call_parser, state.tokenizer)
+        if plan is not None and body.get("stream"):
+            raise oai.bad_request(
+                "stream: a chat with tools is answered only without streaming by the "
+                "sglang-pdd router (tool-call deltas are not built); send stream: false"
+            )
+        ids = oai.chat_prompt(body, state.tokenizer, plan.template_tools if plan else None)
         sampling = oai.sampling_params(body, default_max_tokens=None)
+        if plan is not None:
+            tool_calls.apply_constraint(plan, sampling)
+    elif present := [k for k in tool_calls.TOOL_FIELDS if k in body]:
+        raise oai.bad_request(f"{', '.join(present)}: only /v1/chat/completions takes tools")
     else:
         ids = oai.completion_prompt(body, state.tokenizer)
         sampling = oai.sampling_params(body, default_max_tokens=16)
@@ -71,10 +82,12 @@ async def serve_openai(request: web.Request, state: RouterState, kind: str):
         except DISCONNECTED:
             await abandon(state, merged)
             raise
-        choices = [
-            oai.choice(kind, j, run.text.full(), run.finished.finish_reason, logprobs_since(run, 0))
-            for j, run in enumerate(runs)
-        ]
+        choices = []
+        for j, run in enumerate(runs):
+            text, reason, calls = run.text.full(), run.finished.finish_reason, None
+            if plan is not None:
+                text, calls, reason = tool_calls.parse_answer(plan, text, reason, state.tokenizer)
+            choices.append(oai.choice(kind, j, text, reason, logprobs_since(run, 0), calls))
         records = [run.finished.record.as_dict() for run in runs]
         return web.json_response(
             oai.response(

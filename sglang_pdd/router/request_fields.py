@@ -66,6 +66,10 @@ OPENAI_FIELDS = frozenset(
         "top_logprobs",
         "n",
         "response_format",
+        # chat only (router/tool_calls.py)
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
     }
 )
 

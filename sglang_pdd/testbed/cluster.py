@@ -50,6 +50,8 @@ class PddClusterConfig:
     # Every server samples with SGLang's seeded sampler (--pdd-seeded-sampling) and the router
     # accepts seeded requests with temperature > 0.
     seeded_sampling: bool = False
+    # The router parses OpenAI tool calls with this SGLang parser (its --tool-call-parser).
+    tool_call_parser: str | None = None
 
     def __post_init__(self) -> None:
         if self.mains < 1:
@@ -372,7 +374,8 @@ def start_router(
     """Start a(nother) router in front of ``cluster``; ``overrides`` replace config fields
     (``handoff_mode``, ``catchup_threshold``, ``catchup_chunk``, ``ttft_slo_s``,
     ``upstream_keepalive_s``, ``auto_relay_busy_fraction``, ``upstream_idle_timeout_s``,
-    ``seeded_sampling``, ``api_key``, ``admin_api_key``, ``handoff_retry_s``, ``migration_limit``,
+    ``seeded_sampling``, ``tool_call_parser``, ``api_key``, ``admin_api_key``,
+    ``handoff_retry_s``, ``migration_limit``,
     ``control_curve`` (a (secret file, MD public key file) pair),
     ``control_timeout_s``, ``handoff_gap_prior_s``, ``tail_on_relay``, ``handoff_switch``,
     ``instance_check_interval_s`` (None: the router's default)), and
@@ -391,6 +394,7 @@ def start_router(
         "incremental_streaming_output": cfg.incremental_streams,
         "upstream_idle_timeout_s": 600.0,
         "seeded_sampling": cfg.seeded_sampling,
+        "tool_call_parser": cfg.tool_call_parser,
         "api_key": None,
         "admin_api_key": None,
         "handoff_retry_s": HANDOFF_RETRY_S,
@@ -461,6 +465,7 @@ def start_router(
             ),
             *(("--incremental-streaming-output",) if opts["incremental_streaming_output"] else ()),
             *(("--seeded-sampling",) if opts["seeded_sampling"] else ()),
+            *(("--tool-call-parser", opts["tool_call_parser"]) if opts["tool_call_parser"] else ()),
             *(("--api-key", opts["api_key"]) if opts["api_key"] else ()),
             *(("--admin-api-key", opts["admin_api_key"]) if opts["admin_api_key"] else ()),
             *(

@@ -52,7 +52,9 @@ def _common(tiny_model) -> dict:
 def colocated_launched(server_group, tiny_model):
     """The co-located server, launched but not waited for: the session's other servers start
     beside it (a lone server's start leaves one of CI's two cores idle)."""
-    spec = ServerSpec("colocated", extra_args=("--pdd-seeded-sampling",), **_common(tiny_model))
+    # --tool-call-parser: the router parses tool calls with the same parser (pdd_cluster).
+    extra = ("--pdd-seeded-sampling", "--tool-call-parser", "qwen25")
+    spec = ServerSpec("colocated", extra_args=extra, **_common(tiny_model))
     return server_group.launch(spec)
 
 
@@ -97,6 +99,7 @@ def pdd_cluster(server_group, tiny_model, colocated_launched):
         wan=WanLinkConfig(bandwidth_mbps=8.0, one_way_delay_ms=100.0),
         ttft_slo_s=0.0,  # every request takes P-RLD-MD
         seeded_sampling=True,  # like the co-located reference: seeded requests are comparable
+        tool_call_parser="qwen25",  # as the co-located reference's
     )
     return start_cluster(server_group, cfg)
 

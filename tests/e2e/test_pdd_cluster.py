@@ -579,6 +579,18 @@ def test_openai_endpoints(pdd_cluster, colocated):
     ) as resp:
         pieces = [c["choices"][0]["delta"].get("content", "") for c in iter_sse(resp)]
     assert "".join(pieces) == theirs["choices"][0]["message"]["content"]
+    # A conversation ending with the assistant's words: SGLang sends them as the user's.
+    said = [*chat["messages"], {"role": "assistant", "content": "relayed"}]
+    ours = requests.post(
+        router + "/v1/chat/completions", json={**chat, "messages": said}, timeout=300
+    )
+    theirs = requests.post(
+        colocated.url + "/v1/chat/completions", json={**chat, "messages": said}, timeout=300
+    )
+    for key in ("prompt_tokens", "completion_tokens"):  # the same prompt, the same answer
+        assert ours.json()["usage"][key] == theirs.json()["usage"][key]
+    content = [r.json()["choices"][0]["message"]["content"] for r in (ours, theirs)]
+    assert content[0] == content[1]
     comp = {"prompt": "model cache", "max_tokens": 12, "temperature": 0}
     ours = requests.post(router + "/v1/completions", json=comp, timeout=300).json()
     theirs = requests.post(colocated.url + "/v1/completions", json=comp, timeout=300).json()

@@ -132,3 +132,51 @@ def test_no_response_format_makes_the_router_raise_anything_but_a_client_error(r
         return
     schema = sampling_params(body, default_max_tokens=None).get("json_schema")
     assert schema is None or isinstance(json.loads(schema), dict)
+
+
+def _tiny_tokenizer(tiny_model, bos_added: bool):
+    """The test model's tokenizer; ``bos_added``: with a post-processor that puts its BOS in
+    front of every encoding (as Llama 3's does), the case SGLang's chat encode guards against."""
+    from tokenizers.processors import TemplateProcessing
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    if bos_added:
+        bos = tokenizer.bos_token
+        tokenizer.backend_tokenizer.post_processor = TemplateProcessing(
+            single=f"{bos} $A", special_tokens=[(bos, tokenizer.bos_token_id)]
+        )
+        assert tokenizer.encode("") == [tokenizer.bos_token_id]
+    return tokenizer
+
+
+@pytest.mark.parametrize("bos_added", [False, True], ids=["plain", "bos-adding"])
+def test_chat_prompt_is_the_rendered_template_encoded_once(tiny_model, bos_added):
+    """The prompt is the template's text and nothing more: a tokenizer that adds a BOS of its
+    own does not add a second one (SGLang encodes with ``add_special_tokens=False`` then)."""
+    from sglang_pdd.router.openai_format import chat_prompt
+
+    tokenizer = _tiny_tokenizer(tiny_model, bos_added)
+    messages = [{"role": "user", "content": "relay the cache"}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    ids = chat_prompt({"messages": messages}, tokenizer)
+    assert ids == tokenizer.encode(text, add_special_tokens=False)
+    assert tokenizer.decode(ids) == text
+
+
+def test_a_last_assistant_message_is_sent_as_the_users(tiny_model):
+    """SGLang's OpenAI server turns a trailing assistant message with text into a user message
+    (``_handle_last_assistant_message``); the router builds the same prompt."""
+    from sglang_pdd.router.openai_format import chat_prompt
+
+    tokenizer = _tiny_tokenizer(tiny_model, False)
+    history = [{"role": "user", "content": "plan the route"}]
+    trailing = chat_prompt(
+        {"messages": [*history, {"role": "assistant", "content": "P"}]}, tokenizer
+    )
+    as_user = chat_prompt({"messages": [*history, {"role": "user", "content": "P"}]}, tokenizer)
+    assert trailing == as_user
+    # Content that is not a string stays an assistant message, as in SGLang.
+    kept = [*history, {"role": "assistant", "content": [{"type": "text", "text": "P"}]}]
+    text = tokenizer.apply_chat_template(kept, tokenize=False, add_generation_prompt=True)
+    assert chat_prompt({"messages": kept}, tokenizer) == tokenizer.encode(text)

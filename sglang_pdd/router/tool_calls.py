@@ -1,0 +1,247 @@
+"""OpenAI tool calling (``tools``, ``tool_choice``, ``parallel_tool_calls``) through the router,
+as SGLang's OpenAI server does it (``serving_chat.py``: ``_process_messages``,
+``_process_tool_calls``; ``protocol.py``: ``to_sampling_params``), with SGLang's own request
+model, function-call parser and grammar builders.
+
+What the router does for a chat with tools: the tools go into the chat template; the sampling
+parameters get SGLang's constraint for the ``tool_choice`` (a structural tag for ``required`` or a
+named tool with a parser, a JSON-array schema without one) and ``skip_special_tokens`` false; the
+answer's text is parsed into ``tool_calls``. The constraint is an ordinary xgrammar grammar, which
+Main-Decode advances over the handed-off ids like any other (``main_decode/extend.py``).
+
+Served: non-streamed answers, with the parsers ``router/config.py`` lists (``TOOL_CALL_PARSERS``,
+tested against a co-located SGLang server) or none; streamed answers with tools are refused
+with a 400 that says so.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+
+import orjson
+
+from sglang_pdd.router.upstream import UpstreamError
+
+# Fields of a chat request that are about tools.
+TOOL_FIELDS = ("tools", "tool_choice", "parallel_tool_calls")
+
+
+def _bad(message: str) -> UpstreamError:
+    body = {"object": "error", "message": message, "type": "BadRequestError", "code": 400}
+    return UpstreamError(400, body)
+
+
+@dataclass
+class ToolPlan:
+    """What a chat request's tools change: ``template_tools`` for the chat template,
+    ``constraint`` (SGLang sampling parameter name, value) and how the answer is parsed."""
+
+    tools: list  # SGLang ``Tool`` objects (the parser takes them)
+    tool_choice: object  # "auto" | "required" | SGLang ``ToolChoice``
+    template_tools: list[dict] | None
+    constraint: tuple[str, str] | None
+    parser: str | None
+
+    @property
+    def required(self) -> bool:
+        return self.tool_choice == "required" or not isinstance(self.tool_choice, str)
+
+
+def plan_tools(body: dict, parser: str | None, tokenizer) -> ToolPlan | None:
+    """The tools of a chat ``body`` (None when the request has none in force: no tools, or
+    ``tool_choice`` "none"); a 400 for what SGLang refuses, naming the field."""
+    if not any(body.get(k) is not None for k in TOOL_FIELDS):
+        return None
+    # SGLang's request model: the same defaults (tool_choice "auto" once tools are given) and
+    # the same 400s for malformed tools. Imported here: it takes seconds, and only tools need it.
+    import pydantic
+    from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, ToolChoice
+
+    fields = {k: body[k] for k in TOOL_FIELDS if body.get(k) is not None}
+    try:
+        request = ChatCompletionRequest(
+            model="m", messages=[{"role": "user", "content": ""}], **fields
+        )
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise _bad(f"{where}: {first['msg']}") from exc
+    choice = request.tool_choice
+    _check(request, choice, ToolChoice)
+    if not request.tools or choice == "none":
+        return None
+    if isinstance(choice, ToolChoice):
+        template_tools = [
+            t.model_dump() for t in request.tools if t.function.name == choice.function.name
+        ] or None
+    else:
+        template_tools = [t.model_dump() for t in request.tools]
+    constraint = _constraint(request, parser, tokenizer)
+    return ToolPlan(request.tools, choice, template_tools, constraint, parser)
+
+
+def _check(request, choice, tool_choice_type) -> None:
+    """SGLang's ``_validate_request`` checks of the tools (``serving_chat.py``)."""
+    from jsonschema import Draft202012Validator, SchemaError
+    from sglang.srt.function_call.utils import normalize_json_schema_types
+
+    if choice == "required" and not request.tools:
+        raise _bad("Tools cannot be empty if tool choice is set to required.")
+    if isinstance(choice, tool_choice_type):
+        if not request.tools:
+            raise _bad("Tools cannot be empty if tool choice is set to a specific tool.")
+        names = [t.function.name for t in request.tools]
+        if choice.function.name not in names:
+            raise _bad(f"Tool '{choice.function.name}' not found in tools list.")
+    for i, tool in enumerate(request.tools or []):
+        if tool.function.parameters is None:
+            continue
+        try:
+            # SGLang normalizes type aliases in place; the prompt and grammar use the result.
+            normalize_json_schema_types(tool.function.parameters)
+            Draft202012Validator.check_schema(tool.function.parameters)
+        except SchemaError as exc:
+            raise _bad(f"Tool {i} function has invalid 'parameters' schema: {exc.message}") from exc
+
+
+def _constraint(request, parser: str | None, tokenizer) -> tuple[str, str] | None:
+    """The sampling parameter SGLang adds for the tool choice (``serving_chat.py``,
+    ``protocol.py`` ``to_sampling_params``): its name and JSON text."""
+    from sglang.srt.function_call.function_call_parser import FunctionCallParser
+    from sglang.srt.function_call.utils import get_json_schema_constraint
+    from sglang.utils import convert_json_schema_to_str
+
+    constraint, natively = None, False
+    if parser:
+        fcp = FunctionCallParser(request.tools, parser, tokenizer=tokenizer)
+        constraint = fcp.get_structure_constraint(
+            request.tool_choice,
+            parallel_tool_calls=request.parallel_tool_calls,
+            thinking_mode=False,
+        )
+        natively = fcp.detector.parses_required_natively()
+    required = request.tool_choice == "required" or not isinstance(request.tool_choice, str)
+    if constraint is None and not natively and required:
+        schema = get_json_schema_constraint(
+            request.tools, request.tool_choice, parallel_tool_calls=request.parallel_tool_calls
+        )
+        constraint = ("json_schema", schema)
+    if constraint is None:
+        return None
+    kind, value = constraint
+    if kind == "structural_tag":
+        return kind, convert_json_schema_to_str(value.model_dump(by_alias=True))
+    if kind == "json_schema":
+        return kind, convert_json_schema_to_str(value)
+    raise _bad(f"tool_choice: SGLang's {kind!r} constraint is not served by the sglang-pdd router")
+
+
+def apply_constraint(plan: ToolPlan, sampling: dict) -> None:
+    """Add the plan's constraint to ``sampling`` as SGLang does: with ``response_format`` (or
+    another grammar) already there, a required or named tool is a 400, ``auto`` keeps the
+    other grammar. Tools also turn ``skip_special_tokens`` off (SGLang does)."""
+    sampling["skip_special_tokens"] = False
+    if plan.constraint is None:
+        return
+    if any(sampling.get(k) for k in ("regex", "ebnf", "structural_tag", "json_schema")):
+        if plan.required:
+            raise _bad(
+                "tool_choice 'required' or a named tool cannot be combined with "
+                "response_format, regex, or ebnf: the tool-call constraint and the "
+                "output constraint cannot both be honored."
+            )
+        return
+    kind, value = plan.constraint
+    sampling[kind] = value
+
+
+def parse_answer(plan: ToolPlan, text: str, reason: dict | None, tokenizer):
+    """(content, tool_calls or None, finish reason) of a finished answer, as SGLang's
+    ``_process_tool_calls``: a stop becomes ``tool_calls`` when calls were found."""
+    from sglang.srt.function_call.function_call_parser import FunctionCallParser
+
+    reason = dict(reason or {})
+    if plan.parser:
+        fcp = FunctionCallParser(
+            plan.tools,
+            plan.parser,
+            tokenizer=tokenizer,
+            tool_choice=plan.tool_choice,
+            prefix="",
+            constrained=False,
+        )
+        owns = fcp.owns_tool_format()
+        if (not plan.required or owns) and fcp.has_tool_call(text):
+            try:
+                text, found = fcp.parse_non_stream(text)
+            except Exception:  # noqa: BLE001 - SGLang answers with the text, no calls
+                return text, None, reason
+            if not found:
+                return text, None, reason
+            calls = [_call(i, c.name, c.parameters) for i, c in enumerate(found)]
+            return text, calls, _stopped_for_tools(reason)
+        if plan.required and owns:
+            return text, None, reason
+    if not plan.required:
+        return text, None, reason
+    try:  # a JSON array of calls (the json_schema constraint)
+        data = orjson.loads(text)
+        data = [data] if isinstance(data, dict) else data
+        if not isinstance(data, list) or not all(isinstance(d, dict) and "name" in d for d in data):
+            raise ValueError("not a list of calls")
+    except ValueError:
+        # SGLang restores the type but has cleared the matched stop by then.
+        return text, None, {**reason, "matched": None} if reason.get("type") == "stop" else reason
+    calls = [
+        _call(i, d["name"], json.dumps(d.get("parameters", {}), ensure_ascii=False))
+        for i, d in enumerate(data)
+    ]
+    return "", calls, _stopped_for_tools(reason)
+
+
+def _stopped_for_tools(reason: dict) -> dict:
+    if reason.get("type") == "stop":
+        return {**reason, "type": "tool_calls", "matched": None}
+    return reason
+
+
+def _call(index: int, name: str, arguments: str) -> dict:
+    # SGLang's ids for these parsers: "call_" and 24 random hex digits.
+    return {
+        "id": f"call_{uuid.uuid4().hex[:24]}",
+        "index": index,
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }
+
+
+def template_messages(messages: list) -> list:
+    """The history as SGLang gives it to the template: an assistant's earlier tool calls carry
+    their ``arguments`` as an object, not the JSON text the client sent (a 400 when that text
+    is not a JSON object, with SGLang's message)."""
+    out = []
+    for message in messages:
+        assistant = isinstance(message, dict) and message.get("role") == "assistant"
+        calls = message.get("tool_calls") if assistant else None
+        if not isinstance(calls, list):
+            out.append(message)
+            continue
+        converted = []
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            arguments = function.get("arguments") if isinstance(function, dict) else None
+            if isinstance(arguments, str):
+                try:
+                    arguments = orjson.loads(arguments)
+                except orjson.JSONDecodeError as exc:
+                    raise _bad(
+                        "Assistant tool call function.arguments must be valid JSON."
+                    ) from exc
+                if not isinstance(arguments, dict):
+                    raise _bad("Assistant tool call function.arguments must be a JSON object.")
+                call = {**call, "function": {**function, "arguments": arguments}}
+            converted.append(call)
+        out.append({**message, "tool_calls": converted})
+    return out

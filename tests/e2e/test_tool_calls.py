@@ -1,0 +1,101 @@
+"""OpenAI tool calling through PDD equals SGLang's own OpenAI server (the co-located reference,
+``--tool-call-parser qwen25`` on both): the tools in the prompt, SGLang's grammar for the tool
+choice carried across the handoff (every request of the session cluster is P-RLD-MD), the
+answer parsed into the same ``tool_calls``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import requests
+
+from tests.e2e.prompts import varied_prompts
+
+CITY = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "enum": ["Paris", "Rome", "Lima"]},
+                "days": {"type": "integer", "minimum": 1, "maximum": 9},
+            },
+            "required": ["city", "days"],
+            "additionalProperties": False,
+        },
+        "strict": True,
+    },
+}
+CLOCK = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {
+            "type": "object",
+            "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
+            "required": ["zone"],
+            "additionalProperties": False,
+        },
+        "strict": True,
+    },
+}
+
+
+def _chat(url: str, body: dict) -> requests.Response:
+    return requests.post(url + "/v1/chat/completions", json=body, timeout=300)
+
+
+def _answer(resp: requests.Response):
+    """(content, [(name, arguments as an object)], finish_reason): call ids are random."""
+    assert resp.status_code == 200, resp.text
+    choice = resp.json()["choices"][0]
+    calls = choice["message"].get("tool_calls") or []
+    for call in calls:
+        assert call["type"] == "function" and call["id"].startswith("call_")
+    named = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
+    return choice["message"]["content"], named, choice["finish_reason"]
+
+
+@pytest.mark.parametrize(
+    "tool_choice",
+    ["required", {"type": "function", "function": {"name": "get_time"}}, "auto"],
+    ids=["required", "named", "auto"],
+)
+def test_tool_calls_match_colocated(pdd_cluster, colocated, tool_choice):
+    forced = 0
+    for prompt in varied_prompts(2, seed=91):
+        body = {
+            "messages": [{"role": "user", "content": prompt}],
+            "tools": [CITY, CLOCK],
+            "tool_choice": tool_choice,
+            "max_tokens": 48,
+            "temperature": 0,
+        }
+        ours, theirs = (
+            _answer(_chat(pdd_cluster.router_url, body)),
+            _answer(_chat(colocated.url, body)),
+        )
+        assert ours == theirs
+        forced += bool(theirs[1])
+    if tool_choice != "auto":  # the grammar is in force in the reference: a call every time
+        assert forced == 2
+
+
+def test_tools_are_refused_where_they_are_not_served(pdd_cluster):
+    body = {"messages": [{"role": "user", "content": "hi"}], "tools": [CITY], "max_tokens": 4}
+    streamed = _chat(pdd_cluster.router_url, {**body, "stream": True})
+    assert streamed.status_code == 400 and "stream" in streamed.json()["message"]
+    completion = requests.post(
+        pdd_cluster.router_url + "/v1/completions",
+        json={"prompt": "hi", "tools": [CITY], "max_tokens": 4},
+        timeout=60,
+    )
+    assert completion.status_code == 400 and "tools" in completion.json()["message"]
+    missing = _chat(
+        pdd_cluster.router_url,
+        {**body, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+    )
+    assert missing.status_code == 400 and "Tool 'nope' not found" in missing.json()["message"]
