@@ -93,6 +93,11 @@ _SEEDED = "patches/seeded_sampling.py"
 _LOGPROBS = "router/openai_logprobs.py"
 _VIEW = "cache/kv_event_view.py"
 
+_OAI = "sglang.srt.entrypoints.openai.protocol"
+_FCP = "sglang.srt.function_call.function_call_parser"
+_FC_UTILS = "sglang.srt.function_call.utils"
+_TOOLS = "router/tool_calls.py"
+
 SURFACE: tuple[Use, ...] = (
     # -- hook targets (patches/*.py RECORD.target) and the leading arguments the hooks take --
     _pos(FUNCTION, _HOST, "_cuda_host_register", "patches/cpu_host_register.py", "buffer"),
@@ -336,6 +341,24 @@ SURFACE: tuple[Use, ...] = (
     ),
     _pos(FUNCTION, _OPENAI, "_is_byte_level_tokenizer", _LOGPROBS, "tokenizer"),
     _pos(FUNCTION, _OPENAI, "token_id_to_bytes", _LOGPROBS, "tokenizer", "token_id"),
+    # -- OpenAI tool calling: SGLang's request model, grammar builders and parser --
+    _use(CLASS, _OAI, "ChatCompletionRequest", _TOOLS, "tools", "tool_choice"),
+    _use(CLASS, _OAI, "ToolChoice", _TOOLS),
+    *_attrs(_OAI, "ChatCompletionRequest", _TOOLS, "tools", "tool_choice", "parallel_tool_calls"),
+    _use(CLASS, _FCP, "FunctionCallParser", _TOOLS, "tool_choice", "prefix", "constrained"),
+    _use(METHOD, _FCP, "FunctionCallParser.get_structure_constraint", _TOOLS, "thinking_mode"),
+    _use(METHOD, _FCP, "FunctionCallParser.owns_tool_format", _TOOLS),
+    _use(METHOD, _FCP, "FunctionCallParser.has_tool_call", _TOOLS),
+    _use(METHOD, _FCP, "FunctionCallParser.parse_non_stream", _TOOLS),
+    _use(
+        METHOD,
+        "sglang.srt.function_call.base_format_detector",
+        "BaseFormatDetector.parses_required_natively",
+        _TOOLS,
+    ),
+    _use(FUNCTION, _FC_UTILS, "get_json_schema_constraint", _TOOLS, "parallel_tool_calls"),
+    _use(FUNCTION, _FC_UTILS, "normalize_json_schema_types", _TOOLS),
+    _use(FUNCTION, "sglang.utils", "convert_json_schema_to_str", _TOOLS),
 )
 
 
