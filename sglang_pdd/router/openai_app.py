@@ -43,11 +43,6 @@ async def serve_openai(request: web.Request, state: RouterState, kind: str):
     plan = None
     if kind == "chat":
         plan = tool_calls.plan_tools(body, state.config.tool_call_parser, state.tokenizer)
-        if plan is not None and body.get("stream"):
-            raise oai.bad_request(
-                "stream: a chat with tools is answered only without streaming by the "
-                "sglang-pdd router (tool-call deltas are not built); send stream: false"
-            )
         ids = oai.chat_prompt(body, state.tokenizer, plan.template_tools if plan else None)
         sampling = oai.sampling_params(body, default_max_tokens=None)
         if plan is not None:
@@ -106,11 +101,27 @@ async def serve_openai(request: web.Request, state: RouterState, kind: str):
     sent_any = [False] * n
     logprobs_sent = [0] * n  # logprobs ride the chunk that carries their text
     finished = 0
+    # With a tool-call parser, each choice's text goes through it (router/tool_calls.py).
+    parsed = [None] * n
+    if plan is not None and plan.parser:
+        parsed = [tool_calls.ToolCallStream(plan, state.tokenizer) for _ in runs]
+
+    async def send_calls(index: int, calls: list[dict]) -> None:
+        for call in calls:
+            first_chunk = not sent_any[index]
+            await sse(
+                resp, oai.chunk(kind, oid, model, "", first=first_chunk, index=index, calls=[call])
+            )
+            sent_any[index] = True
+
     try:
         async for index, event in chain(first, merged):
             run = runs[index]
             if isinstance(event, TokenDelta):
                 delta = run.text.add(event.token_ids)
+                calls = []
+                if parsed[index] is not None and delta:
+                    delta, calls = parsed[index].feed(delta, final=False)
                 if delta:
                     await sse(
                         resp,
@@ -125,8 +136,23 @@ async def serve_openai(request: web.Request, state: RouterState, kind: str):
                         ),
                     )
                     sent_any[index], logprobs_sent[index] = True, len(run.token_logprobs)
+                await send_calls(index, calls)
                 continue
             finished += 1
+            reason, tail = event.finish_reason, run.tail
+            if parsed[index] is not None:
+                aborted = (reason or {}).get("type") == "abort"
+                tail, calls = parsed[index].feed(tail, final=not aborted)
+                if tail:
+                    await sse(
+                        resp,
+                        oai.chunk(kind, oid, model, tail, first=not sent_any[index], index=index),
+                    )
+                    sent_any[index] = True
+                await send_calls(index, calls)
+                if (rest := parsed[index].unstreamed()) is not None:
+                    await send_calls(index, [rest])
+                tail, reason = "", parsed[index].finish_reason(reason)
             use = None
             if finished == n:
                 use = oai.usage(len(ids), sum(len(r.text.ids) for r in runs))
@@ -138,8 +164,8 @@ async def serve_openai(request: web.Request, state: RouterState, kind: str):
                     kind,
                     oid,
                     model,
-                    run.tail,
-                    event.finish_reason,
+                    tail,
+                    reason,
                     first=not sent_any[index],
                     usage_=use,
                     logprobs=lp,

@@ -189,10 +189,12 @@ def chunk(
     usage_: dict | None = None,
     logprobs: dict | None = None,
     index: int = 0,
+    calls: list[dict] | None = None,
 ) -> dict:
-    """One streaming chunk (of choice ``index``)."""
+    """One streaming chunk (of choice ``index``); ``calls``: a chat's tool-call deltas (the
+    chunk then carries them instead of text)."""
     if kind == "chat":
-        delta = {"content": text}
+        delta = {"content": text} if calls is None else {"tool_calls": calls}
         if first:
             delta["role"] = "assistant"
         choice_ = {

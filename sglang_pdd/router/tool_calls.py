@@ -9,9 +9,8 @@ named tool with a parser, a JSON-array schema without one) and ``skip_special_to
 answer's text is parsed into ``tool_calls``. The constraint is an ordinary xgrammar grammar, which
 Main-Decode advances over the handed-off ids like any other (``main_decode/extend.py``).
 
-Served: non-streamed answers, with the parsers ``router/config.py`` lists (``TOOL_CALL_PARSERS``,
-tested against a co-located SGLang server) or none; streamed answers with tools are refused
-with a 400 that says so.
+Served: streamed and non-streamed answers, with the parsers ``router/config.py`` lists
+(``TOOL_CALL_PARSERS``, tested against a co-located SGLang server) or none.
 """
 
 from __future__ import annotations
@@ -245,3 +244,79 @@ def template_messages(messages: list) -> list:
             converted.append(call)
         out.append({**message, "tool_calls": converted})
     return out
+
+
+class ToolCallStream:
+    """One streamed choice's answer parsed as it arrives, as SGLang's streaming chat does
+    (``_process_tool_call_stream``): ``feed`` each new piece of text, get the content to send
+    and the ``tool_calls`` deltas (a call's first delta has its id and name, later ones pieces
+    of its arguments); at the end, ``unstreamed`` sends what the parser holds of the last
+    call's arguments. Only with a parser (without one the answer streams as text)."""
+
+    def __init__(self, plan: ToolPlan, tokenizer) -> None:
+        from sglang.srt.function_call.function_call_parser import FunctionCallParser
+        from sglang.srt.function_call.json_array_parser import JsonArrayParser
+
+        self.tools = plan.tools
+        self.parser = FunctionCallParser(
+            plan.tools,
+            plan.parser,
+            tokenizer=tokenizer,
+            tool_choice=plan.tool_choice if plan.required else None,
+            prefix="",
+            constrained=False,
+        )
+        # A required or named call the parser cannot read in its own format is the JSON
+        # array SGLang's schema asks for.
+        self.array = None
+        if plan.required and not self.parser.owns_tool_format():
+            self.array = JsonArrayParser()
+        self.called = False
+
+    def feed(self, text: str, final: bool) -> tuple[str, list[dict]]:
+        """(content, tool-call deltas) for ``text``; ``final``: the answer ended (not by an
+        abort), so the parser gives up what it held waiting for more."""
+        if self.array is not None:
+            result = self.array.parse_streaming_increment(text, self.tools)
+            content, items = result.normal_text or "", list(result.calls)
+            if final:
+                end = self.array.finish(self.tools)
+                content, items = content + end.normal_text, items + end.calls
+        else:
+            content, items = self.parser.parse_stream_chunk(text)
+            content, items = content or "", list(items)
+            if final:
+                end_text, end_items = self.parser.parse_stream_end()
+                content, items = content + end_text, items + end_items
+        deltas = []
+        for item in items:
+            self.called = True
+            named = bool(item.name)
+            call_id = f"call_{uuid.uuid4().hex[:24]}" if named else None
+            function = {"name": item.name if named else None, "arguments": item.parameters}
+            deltas.append(
+                {"id": call_id, "index": item.tool_index, "type": "function", "function": function}
+            )
+        return content, deltas
+
+    def unstreamed(self) -> dict | None:
+        """The rest of the last call's arguments the parser has not sent (a call whose JSON
+        the answer's end cut short), as SGLang's ``_check_for_unstreamed_tool_args``."""
+        detector = self.array if self.array is not None else self.parser.detector
+        calls, sent = detector.prev_tool_call_arr, detector.streamed_args_for_tool
+        if not calls or not sent or len(calls) > len(sent):
+            return None
+        last = len(calls) - 1
+        expected = calls[last].get("arguments", {})
+        if not isinstance(expected, str):
+            expected = json.dumps(expected, ensure_ascii=False)
+        if not expected.startswith(sent[last]) or expected == sent[last]:
+            return None
+        function = {"name": None, "arguments": expected[len(sent[last]) :]}
+        return {"id": None, "index": last, "type": "function", "function": function}
+
+    def finish_reason(self, reason: dict | None) -> dict | None:
+        """A stop after calls is ``tool_calls`` (the matched stop kept, as SGLang's stream)."""
+        if self.called and reason and reason.get("type") == "stop":
+            return {**reason, "type": "tool_calls"}
+        return reason

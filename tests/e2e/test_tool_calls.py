@@ -1,7 +1,7 @@
-"""OpenAI tool calling through PDD equals SGLang's own OpenAI server (the co-located reference,
-``--tool-call-parser qwen25`` on both): the tools in the prompt, SGLang's grammar for the tool
-choice carried across the handoff (every request of the session cluster is P-RLD-MD), the
-answer parsed into the same ``tool_calls``."""
+"""OpenAI tool calling through PDD, streamed or not, equals SGLang's own OpenAI server (the
+co-located reference, ``--tool-call-parser qwen25`` on both): the tools in the prompt, SGLang's
+grammar for the tool choice carried across the handoff (every request of the session cluster is
+P-RLD-MD), the answer parsed into the same ``tool_calls``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import json
 
 import pytest
 import requests
+
+from sglang_pdd.testbed.client import iter_sse
 
 CITY = {
     "type": "function",
@@ -46,6 +48,32 @@ def _chat(url: str, body: dict) -> requests.Response:
     return requests.post(url + "/v1/chat/completions", json=body, timeout=300)
 
 
+def _streamed(url: str, body: dict):
+    """The streamed answer put together: (content, [(name, arguments as an object)],
+    finish_reason); each call's first delta carries its id and name, later ones pieces of its
+    arguments (SGLang's shape; how the pieces are cut depends on chunk boundaries)."""
+    content, calls, reason = "", {}, None
+    with requests.post(
+        url + "/v1/chat/completions", json={**body, "stream": True}, stream=True, timeout=300
+    ) as resp:
+        assert resp.status_code == 200, resp.text
+        for chunk in iter_sse(resp):
+            if not chunk.get("choices"):
+                continue  # a usage chunk
+            choice = chunk["choices"][0]
+            delta = choice.get("delta") or {}
+            content += delta.get("content") or ""
+            for call in delta.get("tool_calls") or []:
+                entry = calls.setdefault(call["index"], {"name": None, "arguments": ""})
+                if call["function"].get("name"):
+                    assert call["id"].startswith("call_") and entry["name"] is None
+                    entry["name"] = call["function"]["name"]
+                entry["arguments"] += call["function"].get("arguments") or ""
+            reason = choice.get("finish_reason") or reason
+    named = [(c["name"], json.loads(c["arguments"])) for _, c in sorted(calls.items())]
+    return content, named, reason
+
+
 def _answer(resp: requests.Response):
     """(content, [(name, arguments as an object)], finish_reason): call ids are random."""
     assert resp.status_code == 200, resp.text
@@ -77,6 +105,8 @@ def test_tool_calls_match_colocated(pdd_cluster, colocated, tool_choice):
         got = _chat(pdd_cluster.router_url, body)
         ours, theirs = _answer(got), _answer(_chat(colocated.url, body))
         assert ours == theirs
+        ours, theirs = _streamed(pdd_cluster.router_url, body), _streamed(colocated.url, body)
+        assert ours == theirs
         forced += bool(theirs[1])
         record = got.json()["pdd"]
         handed_off += record["relay_tokens"] > 0 and record["finished_on"] == "main"
@@ -87,8 +117,6 @@ def test_tool_calls_match_colocated(pdd_cluster, colocated, tool_choice):
 
 def test_tools_are_refused_where_they_are_not_served(pdd_cluster):
     body = {"messages": [{"role": "user", "content": "hi"}], "tools": [CITY], "max_tokens": 4}
-    streamed = _chat(pdd_cluster.router_url, {**body, "stream": True})
-    assert streamed.status_code == 400 and "stream" in streamed.json()["message"]
     completion = requests.post(
         pdd_cluster.router_url + "/v1/completions",
         json={"prompt": "hi", "tools": [CITY], "max_tokens": 4},
