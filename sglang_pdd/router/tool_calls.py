@@ -51,6 +51,10 @@ class ToolPlan:
 def plan_tools(body: dict, parser: str | None, tokenizer) -> ToolPlan | None:
     """The tools of a chat ``body`` (None when the request has none in force: no tools, or
     ``tool_choice`` "none"); a 400 for what SGLang refuses, naming the field."""
+    for i, message in enumerate(body.get("messages") or []):
+        if isinstance(message, dict) and message.get("tools") is not None:
+            # SGLang adds a system message's tools to the request's; not built here.
+            raise _bad(f"messages[{i}].tools: tools inside messages are not served by the router")
     if not any(body.get(k) is not None for k in TOOL_FIELDS):
         return None
     # SGLang's request model: the same defaults (tool_choice "auto" once tools are given) and
@@ -102,7 +106,11 @@ def _check(request, choice, tool_choice_type) -> None:
             normalize_json_schema_types(tool.function.parameters)
             Draft202012Validator.check_schema(tool.function.parameters)
         except SchemaError as exc:
-            raise _bad(f"Tool {i} function has invalid 'parameters' schema: {exc.message}") from exc
+            raise _bad(f"Tool {i} function has invalid 'parameters' schema: {exc}") from exc
+        except RecursionError as exc:  # a hand-made cycle or a very deep schema
+            raise _bad(
+                f"Tool {i} function 'parameters' schema is too deeply nested or contains a cycle."
+            ) from exc
 
 
 def _constraint(request, parser: str | None, tokenizer) -> tuple[str, str] | None:

@@ -111,6 +111,10 @@ def test_tools_turn_special_tokens_on_and_refuse_a_second_grammar(tokenizer):
             "Tool 0 function has invalid 'parameters' schema",
         ),
         ({"tools": [{"type": "function"}]}, "tools.0.function"),
+        (
+            {"messages": [{"role": "system", "content": "", "tools": [TIME]}]},
+            "messages[0].tools",
+        ),
         ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice"),
     ],
 )
@@ -234,3 +238,13 @@ def test_a_streamed_call_arrives_as_a_named_delta_then_argument_pieces(tokenizer
         "type": "tool_calls",
         "matched": 7,
     }
+
+
+def test_a_schema_nested_past_pythons_recursion_limit_is_a_400(tokenizer):
+    deep: dict = {"type": "object"}
+    for _ in range(5000):
+        deep = {"type": "object", "properties": {"x": deep}}
+    tool = {"type": "function", "function": {"name": "f", "parameters": deep}}
+    with pytest.raises(UpstreamError) as caught:
+        _plan({"tools": [tool]}, tokenizer=tokenizer)
+    assert caught.value.status == 400
