@@ -22,6 +22,7 @@ PATCH_MODULES: tuple[str, ...] = (
     "cpu_host_unregister",
     "cpu_mooncake_sender_indices",
     "cpu_parallel_groups",
+    "cpu_fork_subprocesses",
     "scheduler_init",
     "server_args_cli",
     "server_args_from_cli",

@@ -127,6 +127,13 @@ class PddServerConfig:
     log_transfers: bool = option(
         False, "log every KV transfer call (destination and bytes) of this server"
     )
+    # patches/cpu_fork_subprocesses.py
+    fork_subprocesses: bool = option(
+        False,
+        "CPU engine only: start SGLang's scheduler and detokenizer processes with fork instead "
+        "of spawn, so that they inherit this process's imports (a server starts with about "
+        "0.4x the CPU). Refused unless SGLANG_USE_CPU_ENGINE=1 and no CUDA device is present",
+    )
 
     @property
     def wan(self) -> WanLinkConfig | None:

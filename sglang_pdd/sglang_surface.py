@@ -110,6 +110,13 @@ SURFACE: tuple[Use, ...] = (
         "patches/cpu_parallel_groups.py",
         *("group_ranks", "local_rank", "backend", "use_pynccl"),  # use_pynccl: 4th or by name
     ),
+    _pos(
+        FUNCTION,
+        "sglang.srt.entrypoints.engine",
+        "_set_envs_and_config",
+        "patches/cpu_fork_subprocesses.py",
+        "server_args",
+    ),
     _pos(METHOD, _SCHED, "Scheduler.__init__", _INIT, "server_args"),
     _pos(METHOD, _ARGS, "ServerArgs.add_cli_args", "patches/server_args_cli.py", "parser"),
     _pos(METHOD, _ARGS, "ServerArgs.from_cli_args", "patches/server_args_from_cli.py", "args"),

@@ -209,3 +209,32 @@ def test_launch_server_refuses_a_wide_open_kv_event_publisher():
     assert config.kv_events_insecure
     plain = _config(wide, pdd_role="none", disaggregation_mode="null")
     assert plain.role == "none"  # a server without a PDD role: SGLang's own choice
+
+
+@pytest.mark.parametrize(
+    ("cpu_engine", "cuda", "refused"), [("1", False, False), ("0", False, True), ("1", True, True)]
+)
+def test_fork_subprocesses_applies_only_to_the_cpu_engine(monkeypatch, cpu_engine, cuda, refused):
+    """--pdd-fork-subprocesses switches SGLang's start method to fork after SGLang set spawn,
+    and is refused, naming the flag, where a forked child could not use CUDA."""
+    import multiprocessing
+
+    import torch
+
+    from sglang_pdd.patches import cpu_fork_subprocesses
+
+    monkeypatch.setenv("SGLANG_USE_CPU_ENGINE", cpu_engine)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    chosen = []
+    monkeypatch.setattr(multiprocessing, "set_start_method", lambda m, force: chosen.append(m))
+    server_args = SimpleNamespace(_pdd=_config(pdd_fork_subprocesses=True))
+    if refused:
+        with pytest.raises(ValueError, match="--pdd-fork-subprocesses needs SGLang's CPU engine"):
+            cpu_fork_subprocesses.hook(None, server_args)
+        assert chosen == []
+    else:
+        assert cpu_fork_subprocesses.hook("r", server_args) == "r"
+        assert chosen == ["fork"]
+    # Without the flag (the default) SGLang's spawn stays, on any device.
+    assert cpu_fork_subprocesses.hook("r", SimpleNamespace(_pdd=PddServerConfig())) == "r"
+    assert len(chosen) == (0 if refused else 1)

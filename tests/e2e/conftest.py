@@ -71,8 +71,11 @@ def colocated(server_group, colocated_launched):
 
 @pytest.fixture(scope="module")
 def pd_servers(server_group, tiny_model, colocated):
-    """(colocated, prefill, decode): one plain server and one SGLang PD pair over Mooncake TCP."""
-    common = _common(tiny_model)
+    """(colocated, prefill, decode): one plain server and one SGLang PD pair over Mooncake TCP.
+
+    The pair starts its subprocesses with SGLang's own spawn, as on a GPU (every other test
+    server forks them): the plugin must load in spawned subprocesses through its entry point."""
+    common = dict(_common(tiny_model), fork_subprocesses=False)
     yield (colocated,) + tuple(
         server_group.start(
             ServerSpec("pd-prefill", role="prefill", extra_args=("--pdd-log-transfers",), **common),
