@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
+from tqdm import tqdm
 
 from sglang_pdd.testbed.launcher import ServerGroup, ServerSpec, post_json
 from sglang_pdd.testbed.tiny_model import TinyModelConfig, write_tiny_model
@@ -82,7 +83,7 @@ def main() -> None:
     model = write_tiny_model(work / "model", TinyModelConfig(seed=0))
     results = {}
     with ServerGroup(log_dir=work / "logs") as group:
-        for i, (label, env) in enumerate(SETTINGS.items()):
+        for i, (label, env) in enumerate(tqdm(SETTINGS.items(), desc="settings", unit="server")):
             results[label] = _measure(group, model, f"threads-{i}", env, args)
     print(f"{args.concurrency} requests at once, then one ({args.prompt} + {args.new} ids each)")
     print(f"{'setting':34} {'wall':>8} {'CPU':>8} {'ratio':>12}   {'alone':>8} {'CPU':>8}")

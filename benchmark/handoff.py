@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from extend_cost import extend_table  # benchmark/extend_cost.py (the script's folder)
+from tqdm import tqdm
 
 
 @dataclass
@@ -194,7 +195,10 @@ def run_cluster(args) -> list[Case]:
         busy_router = start_router(group, cluster, name="router-busy", ttft_slo_s=1e9).url
         kv_send = KvSender(group, link)
         cases = []
-        for load in args.loads.split(","):
+        loads = args.loads.split(",")
+        total = len(loads) * len(args.contexts) * len(args.handed) * len(routers)
+        bar = tqdm(total=total, desc="handoff cases", unit="case")
+        for load in loads:
             with MainDecodeLoad(busy_router, args.busy if load == "busy" else 0):
                 for context in args.contexts:
                     for handed in args.handed:
@@ -211,8 +215,10 @@ def run_cluster(args) -> list[Case]:
                                 kv_per_token,
                                 kv_send,
                             )
-                            print(case.row(), flush=True)
+                            tqdm.write(case.row())
+                            bar.update()
                             cases.append(case)
+        bar.close()
         print("\n" + HEADER + "\n" + "-" * len(HEADER))
         for case in cases:
             print(case.row())

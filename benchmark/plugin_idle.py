@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+from tqdm import tqdm
 
 from sglang_pdd.testbed.launcher import ServerGroup, ServerSpec
 
@@ -209,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                 gaps = [rng.expovariate(rate) if rate else 0.0 for _ in bodies]
                 arrivals = [sum(gaps[: i + 1]) for i in range(len(gaps))]
                 for name in names if r % 2 == 0 else reversed(names):
-                    print(f"rate {rate:g}/s, round {r + 1}/{args.rounds}: {name} ...", flush=True)
+                    tqdm.write(f"rate {rate:g}/s, round {r + 1}/{args.rounds}: {name} ...")
                     url = servers[name].url
                     per_server[name].append(asyncio.run(_round(url, bodies, arrivals)))
             results.append(

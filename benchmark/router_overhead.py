@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+from tqdm import tqdm
 
 from sglang_pdd.testbed.cluster import PddClusterConfig, start_cluster
 from sglang_pdd.testbed.launcher import ServerGroup
@@ -121,7 +122,7 @@ def _measure(cluster, streams: int, args, rng: random.Random) -> dict:
         for m in ("direct", "router")
     }
     cpu = 0.0
-    for r in range(args.rounds):
+    for r in tqdm(range(args.rounds), desc=f"{streams} streams", unit="round"):
         for mode in ("direct", "router") if r % 2 == 0 else ("router", "direct"):
             before = _cpu_seconds(cluster.router.proc.pid)
             out = asyncio.run(_batch(mode, cluster, streams, args, rng))

@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import requests
+from tqdm import tqdm
 
 from sglang_pdd.testbed.client import generate, wait_router_settled
 from sglang_pdd.testbed.cluster import PddClusterConfig, start_cluster, start_router
@@ -50,11 +51,16 @@ class FaultInjector(threading.Thread):
         self.stop = threading.Event()
         self.log: list[dict] = []
         self.error: BaseException | None = None
+        self.started = time.monotonic()  # reset by start(): fault times count from the load's
 
     def _link(self, main_name: str, which: str):
         # start_cluster names MD i "main{i}" ("main" for 0) and its links "wan-http{i}" ...
         name = f"wan-{which}{main_name.removeprefix('main')}"
         return next(s for s in self.group.servers if s.name == name)
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+        super().start()
 
     def run(self) -> None:
         try:
@@ -65,6 +71,7 @@ class FaultInjector(threading.Thread):
 
     def _one(self, fault: str) -> None:
         t0 = time.monotonic()
+        at_s = round(t0 - self.started, 1)
         if fault.startswith("kill"):
             pool = self.relays if fault == "kill-relay" else self.mains
             i = self.rng.randrange(len(pool))
@@ -80,29 +87,10 @@ class FaultInjector(threading.Thread):
             link.link("stall")
             time.sleep(self.args.stall_s)
             link.link("restore")
-        self.log.append({"fault": fault, "instance": name, "s": round(time.monotonic() - t0, 1)})
-        print(f"  fault: {fault} {name} ({self.log[-1]['s']} s)", flush=True)
-
-
-class Progress:
-    """Prints a line every tenth of the requests: how many ended and how many with an error."""
-
-    def __init__(self, total: int) -> None:
-        self.total, self.ended, self.errors = total, 0, 0
-        self.step = max(1, total // 10)
-        self.lock = threading.Lock()
-        self.start = time.monotonic()
-
-    def done(self, error: bool) -> None:
-        with self.lock:
-            self.ended += 1
-            self.errors += error
-            if self.ended % self.step == 0 or self.ended == self.total:
-                print(
-                    f"  {self.ended}/{self.total} ended, {self.errors} with an error "
-                    f"({time.monotonic() - self.start:.0f} s)",
-                    flush=True,
-                )
+        self.log.append(
+            {"fault": fault, "instance": name, "at_s": at_s, "s": round(time.monotonic() - t0, 1)}
+        )
+        tqdm.write(f"  fault: {fault} {name} at {at_s} s ({self.log[-1]['s']} s)")
 
 
 def _bodies(args) -> list[dict]:
@@ -147,8 +135,20 @@ def _report(refs, results, faults, kv_left) -> dict:
     completed = failed = wrong = 0
     wrong_tokens = 0
     per_token, migrated = [], []
+    outcomes = []  # per request, in sending order: what happened and how long it took
     for ref, res in zip(refs, results, strict=True):
         error = res.status != 200 or "error" in (res.body or {})
+        pdd = {} if error else res.body.get("meta_info", {}).get("pdd", {})
+        outcome = (
+            "failed cleanly"
+            if error
+            else "lost or duplicated"
+            if res.output_ids != ref
+            else "migrated"
+            if pdd.get("migrations")
+            else "identical"
+        )
+        outcomes.append({"outcome": outcome, "e2e_s": res.latency_s})
         if error:
             failed += 1
             continue
@@ -161,7 +161,6 @@ def _report(refs, results, faults, kv_left) -> dict:
             wrong_tokens += max(len(ref), len(res.output_ids)) - same
             continue
         completed += 1
-        pdd = res.body.get("meta_info", {}).get("pdd", {})
         (migrated if pdd.get("migrations") else per_token).append((res.latency_s, len(ref)))
     base = statistics.median(t / n for t, n in per_token) if per_token else float("nan")
     added = [t - base * n for t, n in migrated]
@@ -176,7 +175,51 @@ def _report(refs, results, faults, kv_left) -> dict:
         "migrated_added_s_p99": _pct(added, 0.99),
         "faults": faults,
         "kv_left_tokens": kv_left,
+        "outcomes": outcomes,
     }
+
+
+def soak_plot(report: dict, rate: float, path: str) -> None:
+    """Write a PNG: every request's end-to-end time at the time it was sent, coloured by what
+    happened to it, with each fault's span shaded and named."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    colours = {
+        "identical": "C0",
+        "migrated": "C2",
+        "failed cleanly": "C1",
+        "lost or duplicated": "red",
+    }
+    for outcome, colour in colours.items():
+        points = [(i / rate, o["e2e_s"]) for i, o in enumerate(report["outcomes"])]
+        points = [
+            p for p, o in zip(points, report["outcomes"], strict=True) if o["outcome"] == outcome
+        ]
+        if points:
+            xs, ys = zip(*points, strict=True)
+            ax.scatter(xs, ys, s=8, color=colour, label=f"{outcome} ({len(points)})")
+    for fault in report["faults"]:
+        ax.axvspan(fault["at_s"], fault["at_s"] + fault["s"], color="grey", alpha=0.2)
+        ax.annotate(
+            f"{fault['fault']} {fault['instance']}",
+            (fault["at_s"], 1.0),
+            xycoords=("data", "axes fraction"),
+            rotation=90,
+            va="top",
+            fontsize=6,
+        )
+    ax.set_xlabel("sent at (s since the load began)")
+    ax.set_ylabel("end-to-end time (s)")
+    ax.set_title("soak: faults (shaded) under steady load")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _range(text: str, flag: str) -> tuple[int, int]:
@@ -211,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--restart-after-s", type=float, default=5.0)
     ap.add_argument("--stall-s", type=float, default=3.0)
     ap.add_argument("--json", default="out/soak.json")
+    ap.add_argument(
+        "--plot", default="out/soak.png", help="every request's E2E over time, faults shaded"
+    )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     if args.requests < 1 or args.rate <= 0 or args.fault_every_s <= 0:
@@ -262,14 +308,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(bodies)} requests at {args.rate}/s with faults ...", flush=True)
         start = time.monotonic()
         injector.start()
-        progress = Progress(len(bodies))
-        with ThreadPoolExecutor(256) as pool:
+        errors, errors_lock = 0, threading.Lock()
+        with (
+            ThreadPoolExecutor(256) as pool,
+            tqdm(total=len(bodies), desc="soak", unit="req") as bar,
+        ):
 
             def send(i_body):
+                nonlocal errors
                 i, body = i_body
                 time.sleep(max(0.0, start + i / args.rate - time.monotonic()))
                 result = generate(router.url, body, stream=True, incremental=True)
-                progress.done(result.status != 200 or "error" in (result.body or {}))
+                with errors_lock:
+                    errors += result.status != 200 or "error" in (result.body or {})
+                    bar.set_postfix(errors=errors, refresh=False)
+                bar.update()
                 return result
 
             results = list(pool.map(send, enumerate(bodies)))
@@ -305,6 +358,10 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps({"args": {k: v for k, v in vars(args).items()}, **report}, indent=1, default=str)
     )
     print(f"wrote {out}")
+    if args.plot:
+        Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+        soak_plot(report, args.rate, args.plot)
+        print(f"wrote {args.plot}")
     return 0 if ok else 1
 
 

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import requests
+from tqdm import tqdm
 
 from sglang_pdd.testbed.client import generate, wait_router_settled
 from sglang_pdd.testbed.cluster import (
@@ -44,6 +45,7 @@ from sglang_pdd.testbed.report import (
     phase_plot,
     ratios,
     summarize,
+    sweep_plot,
     table,
     ttft_cdf_plot,
 )
@@ -173,7 +175,9 @@ def run_point(tb: Testbed, sessions, names, label: str, log=print) -> dict:
         _, offset = wan_bytes_since(log_path, 0)
         log(f"[{label}] {name}: {sum(len(s.turns) for s in sessions)} requests ...")
         started = time.monotonic()
-        results = run_workload(sessions, sender(tb, name))
+        total = sum(len(s.turns) for s in sessions)
+        with tqdm(total=total, desc=f"{label} {name}", unit="req", leave=False) as bar:
+            results = run_workload(sessions, sender(tb, name), on_result=lambda _: bar.update())
         if name in tb.routers:
             wait_router_settled(tb.routers[name], 300)  # late (cache-warming) transfers count
         wan, _ = wan_bytes_since(log_path, offset)
@@ -438,6 +442,12 @@ def main(argv: list[str] | None = None) -> int:
         default="out/testbed_phases.png",
         help="where PDD's E2E goes, per pipeline, beside the baselines' mean E2E",
     )
+    ap.add_argument(
+        "--sweep-plot",
+        default="out/testbed_sweep.png",
+        help="with --sweep: each contender's TTFT P90 and E2E P50/P90 over cross-DC PD's, "
+        "per load and link speed, with the goals",
+    )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
@@ -511,7 +521,7 @@ def _row(result) -> dict:
 
 
 def _write(points: list[dict], args) -> None:
-    for path in (args.json, args.plot, args.phase_plot):
+    for path in (args.json, args.plot, args.phase_plot, args.sweep_plot):
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
     if args.json:
@@ -541,6 +551,9 @@ def _write(points: list[dict], args) -> None:
         }
         phase_plot(first["pdd"].phases, baselines, args.phase_plot, points[0]["label"])
         print(f"wrote {args.phase_plot}")
+    if args.sweep_plot and len(points) > 1:
+        sweep_plot(points, args.sweep_plot)
+        print(f"wrote {args.sweep_plot}")
     if len(points) > 1:
         print("\nsweep (seconds; ratios to cross-DC PD):")
         for p in points:

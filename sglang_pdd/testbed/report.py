@@ -243,3 +243,69 @@ def ttft_cdf_plot(runs: dict[str, list[RequestResult]], path: str, title: str) -
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# The issue-16 goals the sweep plot marks: metric -> ratio to cross-DC PD per link speed (Mbit/s;
+# None: any speed). TTFT P90's goal depends on the link.
+SWEEP_GOALS = {"e2e_p50": {None: 0.9}, "e2e_p90": {None: 0.9}, "ttft_p90": {8.0: 0.5, 32.0: 0.7}}
+
+
+def sweep_ratios(points: list[dict], baseline: str = "cross-dc") -> dict:
+    """{(contender, metric): {wan_mbps: [(sessions, ratio to ``baseline``)]}} over sweep points
+    (each ``{"wan_mbps", "sessions", "summaries": [ContenderSummary]}``); points without the
+    baseline, or a metric either side lacks, are left out."""
+    out: dict = {}
+    for p in points:
+        by_name = {s.name: s for s in p["summaries"]}
+        base = by_name.get(baseline)
+        if base is None:
+            continue
+        for name, s in by_name.items():
+            if name == baseline:
+                continue
+            for metric in SWEEP_GOALS:
+                a, b = getattr(s, metric), getattr(base, metric)
+                if a is None or not b:
+                    continue
+                series = out.setdefault((name, metric), {}).setdefault(p["wan_mbps"], [])
+                series.append((p["sessions"], a / b))
+    for by_link in out.values():
+        for series in by_link.values():
+            series.sort()
+    return out
+
+
+def sweep_plot(points: list[dict], path: str, baseline: str = "cross-dc") -> None:
+    """Write a PNG: one panel per metric (TTFT P90, E2E P50, E2E P90), each contender's ratio to
+    ``baseline`` against the load (sessions), one line per link speed, the goals dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = sweep_ratios(points, baseline)
+    metrics = ("ttft_p90", "e2e_p50", "e2e_p90")
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 4), sharey=True)
+    names = sorted({name for name, _ in data})
+    links = sorted({mbps for by_link in data.values() for mbps in by_link})
+    for ax, metric in zip(axes, metrics, strict=True):
+        for i, name in enumerate(names):
+            for j, mbps in enumerate(links):
+                series = data.get((name, metric), {}).get(mbps)
+                if series:
+                    xs, ys = zip(*series, strict=True)
+                    style = ("-o", "--s", ":^")[j % 3]
+                    ax.plot(xs, ys, style, color=f"C{i}", label=f"{name}, {mbps:g} Mbit/s")
+        for mbps, goal in SWEEP_GOALS[metric].items():
+            where = "" if mbps is None else f" at {mbps:g} Mbit/s"
+            ax.axhline(goal, color="grey", linestyle="--", linewidth=0.8)
+            ax.annotate(f"goal {goal}x{where}", (0.02, goal), xycoords=("axes fraction", "data"))
+        ax.axhline(1.0, color="black", linewidth=0.6)
+        ax.set_title(f"{metric.replace('_', ' ').upper()} / {baseline}")
+        ax.set_xlabel("sessions (load)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(f"ratio to {baseline} PD")
+    axes[-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -7,7 +7,15 @@ import pytest
 
 from sglang_pdd.router.record import PddRecord
 from sglang_pdd.testbed.replay import RequestResult
-from sglang_pdd.testbed.report import mean_phases, phase_plot, ratios, summarize, table
+from sglang_pdd.testbed.report import (
+    mean_phases,
+    phase_plot,
+    ratios,
+    summarize,
+    sweep_plot,
+    sweep_ratios,
+    table,
+)
 
 
 def _result(e2e: float, ttft: float, gaps: list[float], record: PddRecord | None = None):
@@ -62,3 +70,21 @@ def test_the_phase_plot_is_written(tmp_path):
     path = tmp_path / "phases.png"
     phase_plot(mean_phases([_handed_off(2.0).as_dict()]), {"cross-dc": 3.0}, str(path), "t")
     assert path.stat().st_size > 1000
+
+
+def _point(mbps: float, sessions: int, pdd_e2e: float, pdd_ttft: float) -> dict:
+    cross = summarize("cross-dc", [_result(4.0, 1.0, [0.1])])
+    pdd = summarize("pdd", [_result(pdd_e2e, pdd_ttft, [0.1])])
+    return {"wan_mbps": mbps, "sessions": sessions, "summaries": [cross, pdd]}
+
+
+def test_the_sweep_is_ratios_to_cross_dc_per_link_and_load_and_its_plot_is_written(tmp_path):
+    points = [_point(32.0, 5, 3.0, 0.6), _point(8.0, 5, 2.0, 0.4), _point(8.0, 3, 4.4, 0.5)]
+    points.append({"wan_mbps": 8.0, "sessions": 7, "summaries": points[0]["summaries"][1:]})
+    data = sweep_ratios(points)
+    assert data[("pdd", "e2e_p50")][8.0] == [(3, pytest.approx(1.1)), (5, pytest.approx(0.5))]
+    assert data[("pdd", "ttft_p90")][32.0] == [(5, pytest.approx(0.6))]
+    assert ("cross-dc", "e2e_p50") not in data  # the baseline is not its own contender
+    path = tmp_path / "sweep.png"
+    sweep_plot(points, str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
