@@ -73,9 +73,10 @@ def colocated(server_group, colocated_launched):
 def pd_servers(server_group, tiny_model, colocated):
     """(colocated, prefill, decode): one plain server and one SGLang PD pair over Mooncake TCP.
 
-    The pair starts its subprocesses with SGLang's own spawn, as on a GPU (every other test
-    server forks them): the plugin must load in spawned subprocesses through its entry point."""
-    common = dict(_common(tiny_model), fork_subprocesses=False)
+    The decode server starts its subprocesses with SGLang's own spawn, as on a GPU (every other
+    test server forks them): the plugin must load in spawned subprocesses through its entry
+    point."""
+    common = _common(tiny_model)
     yield (colocated,) + tuple(
         server_group.start(
             ServerSpec("pd-prefill", role="prefill", extra_args=("--pdd-log-transfers",), **common),
@@ -83,6 +84,7 @@ def pd_servers(server_group, tiny_model, colocated):
                 "pd-decode",
                 role="decode",
                 extra_args=("--disaggregation-decode-enable-radix-cache",),
+                fork_subprocesses=False,
                 **common,
             ),
         )

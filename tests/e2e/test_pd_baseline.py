@@ -26,12 +26,13 @@ def test_plugin_hooks_ran_in_scheduler_subprocess(pd_servers):
         assert lines, f"{server.spec.name}: no scheduler marker in its log"
         pid = int(re.search(r"pid=(\d+)", lines[0]).group(1))
         # The marker comes from the scheduler subprocess, not the HTTP server process we
-        # started: spawned for the PD pair (SGLang's start method), forked for the co-located
-        # server (--pdd-fork-subprocesses).
+        # started: spawned for the decode server (SGLang's start method), forked for the others
+        # (--pdd-fork-subprocesses).
         assert pid != server.proc.pid
         assert ("--pdd-fork-subprocesses" in server.proc.args) == server.spec.fork_subprocesses
         assert "cpu_kernel_standin=True" in lines[0]
         assert "MooncakeKVSender.__init__" in lines[0]
+    assert not all(server.spec.fork_subprocesses for server in pd_servers)  # one spawned, at least
 
 
 def test_prompts_are_long_enough_for_chunked_prefill(pd_servers, tiny_model):
