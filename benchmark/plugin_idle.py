@@ -191,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     with ServerGroup(log_dir=workdir / "logs") as group:
         print(f"starting both servers (logs: {group.log_dir}) ...", flush=True)
         servers = dict(zip(names, group.start(*_servers(model, args)), strict=True))
+        bar = tqdm(total=len(rates) * args.rounds * len(names), desc="rounds", unit="round")
         for rate in rates:
             per_server: dict[str, list[dict]] = {name: [] for name in names}
             for r in range(args.rounds):
@@ -213,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
                     tqdm.write(f"rate {rate:g}/s, round {r + 1}/{args.rounds}: {name} ...")
                     url = servers[name].url
                     per_server[name].append(asyncio.run(_round(url, bodies, arrivals)))
+                    bar.update()
             results.append(
                 {
                     "rate": rate,
@@ -220,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                     "ratios": _paired_ratios(*per_server.values()),
                 }
             )
+        bar.close()
     print(
         f"{'rate/s':>6} {'server':<15} {'tok/s':>8} {'TTFT p50':>9} {'TTFT p90':>9} {'E2E p50':>8}"
     )
