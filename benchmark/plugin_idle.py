@@ -143,6 +143,9 @@ def _servers(model: str, args) -> list[ServerSpec]:
         "dtype": "float32",
         "max_total_tokens": args.max_total_tokens,
         "cpu": args.device == "cpu",
+        # Both start as SGLang does (spawn): the server without the plugin has no
+        # --pdd-fork-subprocesses flag, and the comparison is of serving, not of starting.
+        "fork_subprocesses": False,
     }
     without = [("SGLANG_PLUGINS", NO_PLUGIN)]
     if args.device == "cpu" and not real_sgl_kernel_loads():
