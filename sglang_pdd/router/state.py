@@ -27,6 +27,7 @@ from sglang_pdd.router.config import MainEndpoint, RouterConfig
 from sglang_pdd.router.health import InstanceHealth
 from sglang_pdd.router.main_control import MainControlClient
 from sglang_pdd.router.main_site import MainSite
+from sglang_pdd.router.model_files import load_tokenizer, model_config, model_vocab_size
 from sglang_pdd.router.request_model import RequestLimits
 from sglang_pdd.router.supervised import supervise
 from sglang_pdd.router.transfers import DEFERRED, MainTransfer
@@ -131,15 +132,13 @@ class RouterState:
         for url in [*self.config.relay, *self.mains]:
             info = await self._get(f"{url}/get_server_info")
             self.incremental_streams[url] = bool(info.get("incremental_streaming_output"))
-        from transformers import AutoTokenizer
-
         path = (
             self.config.tokenizer_path
             or self.server_info.get("tokenizer_path")
             or (self.model_info["model_path"])
         )
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.vocab_size = _model_vocab_size(self.model_info.get("model_path"), self.tokenizer)
+        self.tokenizer = load_tokenizer(path)
+        self.vocab_size = model_vocab_size(self.model_info.get("model_path"), self.tokenizer)
         self.kv_bytes_per_token = await self._kv_bytes_per_token()
         loop = asyncio.get_running_loop()
         if self.config.relay:
@@ -196,17 +195,16 @@ class RouterState:
             return await resp.json(content_type=None)
 
     async def _kv_bytes_per_token(self) -> int:
-        from transformers import AutoConfig
-
-        cfg = AutoConfig.from_pretrained(self.model_info["model_path"])
-        heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        # A config file, not an SGLang object: absent keys take transformers' defaults.
+        cfg = model_config(self.model_info["model_path"])
+        heads = cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+        head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
         dtype = str(self.server_info.get("kv_cache_dtype", "auto"))
         if dtype == "auto":
             dtype = str(self.server_info.get("dtype", "bfloat16"))
         if dtype == "auto":  # SGLang's --dtype auto: the checkpoint's own dtype
-            dtype = str(getattr(cfg, "torch_dtype", None) or "bfloat16")
-        return kv_bytes_per_token(cfg.num_hidden_layers, heads, head_dim, dtype_bytes(dtype))
+            dtype = str(cfg.get("dtype") or cfg.get("torch_dtype") or "bfloat16")
+        return kv_bytes_per_token(cfg["num_hidden_layers"], heads, head_dim, dtype_bytes(dtype))
 
     def keep_in_background(self, task: asyncio.Task) -> None:
         """Hold a sub-request task that outlives its client request until it ends."""
@@ -396,26 +394,6 @@ class MainPlan:
     dependency: MainTransfer | None
     carries_dependency: bool
     extra_backlog: float
-
-
-def _model_vocab_size(model_path: str | None, tokenizer) -> int:
-    """The model's embedding rows (its config's vocab_size), else the tokenizer's size."""
-    try:
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(model_path)
-        size = getattr(config, "vocab_size", None) or getattr(
-            getattr(config, "text_config", None), "vocab_size", None
-        )
-        if size:
-            return int(size)
-    except (OSError, ValueError, TypeError) as exc:
-        logger.info(
-            "sglang-pdd router: no model config at %s (%s); the tokenizer's size bounds input ids",
-            model_path,
-            exc,
-        )
-    return len(tokenizer)
 
 
 # The aiohttp application key under which the router's handlers find the RouterState.

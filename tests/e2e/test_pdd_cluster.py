@@ -371,14 +371,15 @@ def test_client_disconnect_aborts_everywhere(pdd_cluster, held_router, held_link
     _assert_nothing_held(pdd_cluster)
 
 
-def test_a_client_leaving_touches_no_request_whose_rid_its_rid_prefixes(pdd_cluster, colocated):
+def test_a_client_leaving_touches_no_request_whose_rid_its_rid_prefixes(
+    held_router, held_links, colocated
+):
     """Client A's rid is a prefix of client B's (and looks like one of A's sub-requests under a
     rid-prefix scheme). A leaves mid-stream and the router aborts A everywhere; B, in flight
-    all along, finishes with the co-located server's output."""
-    from sglang_pdd.testbed.held_links import generate_acting_at
-
-    router = pdd_cluster.router_url
-    victim = {**_held_body(make_prompt(random.Random(5), 300), 2500), "rid": "pre.relay"}
+    all along (held on RLD by the gate, MD's ready stalled), finishes with the co-located
+    server's output."""
+    router = held_router.url
+    victim = {**_held_body(make_prompt(random.Random(5), 300), 64), "rid": "pre.relay"}
     expected = generate(colocated.url, {k: v for k, v in victim.items() if k != "rid"})
     host, port = router.removeprefix("http://").split(":")
 
@@ -400,16 +401,20 @@ def test_a_client_leaving_touches_no_request_whose_rid_its_rid_prefixes(pdd_clus
         while live_record(router, "pre") is not None:
             assert time.monotonic() < deadline, "the router never ended A"
             time.sleep(0.05)
-        assert live_record(router, "pre.relay") is not None, "B ended before A was aborted"
 
-    got = generate_acting_at(
-        router,
-        victim,
-        stream=True,
-        when=lambda r: r["relay_tokens"] >= 1,
-        what="B's first tokens",
-        act=leave_with_a_prefix_rid,
-    )
+    wait_all_in_rotation(router)
+    held_links.control.pause()
+    held_links.relay.arm(4)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(generate, router, victim, True)
+            wait_held(held_links, future, "B's first ids from Relay-Decode")
+            leave_with_a_prefix_rid()
+            assert live_record(router, "pre.relay") is not None, "B ended when A was aborted"
+            held_links.release()
+            got = future.result(timeout=300)
+    finally:
+        held_links.release()
     assert got.status == 200, got.body
     assert got.output_ids == expected.output_ids
     wait_router_settled(router)
