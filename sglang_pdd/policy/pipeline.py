@@ -52,6 +52,13 @@ class PipelinePolicyConfig:
         mean for the filter.
     max_relay_load: when the least-loaded RLD is at least this busy (batch slots or KV memory,
         1.0 = full), relaying only queues the request behind RLD, so it goes P-MD instead.
+    relay_shares_prefill: RLD runs on Prefill's chips (or cores). Each id RLD decodes then
+        takes compute from P, so while P has prefills queued, relaying one request delays the
+        first token of every request waiting for P (measured: docs/testbed.md). A topology file
+        sets it when a Relay-Decode and a Prefill share a host and chips.
+    prefill_backlog_limit_s: with ``relay_shares_prefill``, requests go P-MD while P has more
+        than this many seconds of prefill queued (its /v1/loads' waiting uncached tokens over
+        its measured prefill rate). Not applied with ``ttft_slo_s`` 0 (relay every request).
     """
 
     ttft_slo_s: float | None = option(
@@ -76,12 +83,24 @@ class PipelinePolicyConfig:
     max_relay_load: float = option(
         1.0, "send requests P-MD when the least busy RLD's live load reaches this (1.0: full)"
     )
+    relay_shares_prefill: bool = option(
+        False,
+        "Relay-Decode runs on Prefill's chips or cores (a topology file sets this when they "
+        "share a host and chips): while P has prefills queued, requests go P-MD, since RLD's "
+        "decoding would delay them",
+    )
+    prefill_backlog_limit_s: float = option(
+        0.5,
+        "with --relay-shares-prefill: requests go P-MD while P has more than this many seconds "
+        "of prefill queued (not with --ttft-slo-s 0)",
+    )
 
     def __post_init__(self) -> None:
         if self.ttft_slo_s is not None:
             _check_finite("ttft_slo_s", self.ttft_slo_s, positive=False)
         _check_finite("max_relay_load", self.max_relay_load, positive=True)
-        for flag in ("enable_relay", "enable_anomaly_filter"):
+        _check_finite("prefill_backlog_limit_s", self.prefill_backlog_limit_s, positive=False)
+        for flag in ("enable_relay", "enable_anomaly_filter", "relay_shares_prefill"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
         _check_non_negative_int("anomaly_min_input_tokens", self.anomaly_min_input_tokens)
@@ -170,6 +189,7 @@ class PipelinePolicy:
         prefill_s: float = 0.0,
         handoff_gap_s: float | None = None,
         pace_ratio: float = 1.0,
+        prefill_backlog_s: float = 0.0,
     ) -> PipelineDecision:
         """Pick the pipeline for one request given its cache facts and the link's state.
 
@@ -180,11 +200,14 @@ class PipelinePolicy:
             default: the link's RTT), for the relative objective (``ttft_slo_s`` None).
         pace_ratio: MD's seconds per id over RLD's (1.0 until measured), for the relative
             objective: what one id RLD makes before the handoff saves of MD's time.
+        prefill_backlog_s: seconds of prefill queued on the chosen P (0 when unknown), for
+            ``relay_shares_prefill``.
         """
         cfg = self.config
         if not isinstance(relay_load, (int, float)) or not relay_load >= 0:
             raise ValueError(f"relay_load must be a number >= 0, got {relay_load!r}")
         _check_finite("prefill_s", prefill_s, positive=False)
+        _check_finite("prefill_backlog_s", prefill_backlog_s, positive=False)
         wan_bytes = facts.uncached_tokens * facts.kv_bytes_per_token
         est = prefill_s + link.transfer_time_s(wan_bytes)
         why = (
@@ -230,6 +253,21 @@ class PipelinePolicy:
                 0,
                 math.inf,
                 "anomalous",
+            )
+        if (
+            cfg.enable_relay
+            and slow
+            and cfg.relay_shares_prefill
+            and cfg.ttft_slo_s != 0
+            and prefill_backlog_s > cfg.prefill_backlog_limit_s
+        ):
+            return PipelineDecision(
+                PIPELINE_P_MD,
+                f"{why}, over {objective}, but P has {prefill_backlog_s:.2f}s of prefill queued "
+                f"(> {cfg.prefill_backlog_limit_s}s) and RLD shares its hardware",
+                wan_bytes,
+                est,
+                "prefill_busy",
             )
         if cfg.enable_relay and slow:
             return PipelineDecision(

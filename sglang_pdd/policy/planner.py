@@ -65,11 +65,13 @@ def pace_ratio(main_s_per_id: float | None, relay_s_per_id: float | None) -> flo
 
 @dataclass(frozen=True)
 class PrefillCandidate:
-    """A prefill instance: the prompt tokens its cache holds and the requests it is serving."""
+    """A prefill instance: the prompt tokens its cache holds, the requests it is serving and
+    the seconds of prefill it has queued (0 when unknown)."""
 
     name: str
     hit_tokens: int
     active: int
+    backlog_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,7 @@ def plan(
     if not s.prefills or not (s.mains or s.relays):
         raise ValueError("no instance left to serve the request")
     relay_load = min((r.load for r in s.relays), default=0.0)
+    prefill = min(_rotated(s.prefills, s.turn), key=lambda p: (-p.hit_tokens, p.active))
     best = None
     for main in s.mains:
         facts = RequestFacts(
@@ -158,6 +161,7 @@ def plan(
             prefill_s=s.prefill_s,
             handoff_gap_s=s.handoff_gap_s,
             pace_ratio=s.pace_ratio,
+            prefill_backlog_s=prefill.backlog_s,
         )
         key = (-main.covered_tokens, round(decision.est_main_ready_s, 2), main.active)
         if best is None or key < best[0]:
@@ -176,8 +180,6 @@ def plan(
                 rule="failover",
                 reason="no Relay-Decode left; " + decision.reason,
             )
-    prefills = _rotated(s.prefills, s.turn)
-    prefill = min(prefills, key=lambda p: (-p.hit_tokens, p.active))
     relay = min(_rotated(s.relays, s.turn), key=lambda r: r.load).name if s.relays else None
     return Plan(decision, prefill.name, relay, main_name)
 

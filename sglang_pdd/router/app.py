@@ -232,6 +232,11 @@ async def server_info(request):
                 # caching the KV of a request that finished on Relay-Decode).
                 "background_requests": len(state.background),
                 "relay_loads": dict(state.relay_loads),
+                # Each P's queued prefill and prefill rate (polled with --relay-shares-prefill).
+                "prefill_backlogs": {
+                    u: {"seconds": b.seconds, "tokens_per_s": b.rate.value}
+                    for u, b in state.prefill_backlogs.items()
+                },
                 "out_of_rotation": sorted(state.health.out_of_rotation()),
                 "draining": sorted(state.health.draining),
                 "stopping": sorted(state.health.stopping),

@@ -25,6 +25,7 @@ from sglang_pdd.policy.planner import (
 from sglang_pdd.router.auth import upstream_headers
 from sglang_pdd.router.config import MainEndpoint, RouterConfig
 from sglang_pdd.router.health import InstanceHealth
+from sglang_pdd.router.instance_loads import PrefillBacklog, decode_busy_fraction
 from sglang_pdd.router.main_control import MainControlClient
 from sglang_pdd.router.main_site import MainSite
 from sglang_pdd.router.model_files import load_tokenizer, model_config, model_vocab_size
@@ -90,6 +91,8 @@ class RouterState:
         self.kv_bytes_per_token = 0
         # Relay-Decode's live load per URL, polled from SGLang's /v1/loads.
         self.relay_loads: dict[str, float] = {}
+        # Each Prefill's queued prefill (polled too when RLD shares P's hardware).
+        self.prefill_backlogs = {u: PrefillBacklog() for u in config.prefill}
         self._load_poller: asyncio.Task | None = None
         self._health_probe: asyncio.Task | None = None
         self._ready_watch: asyncio.Task | None = None
@@ -143,7 +146,7 @@ class RouterState:
         loop = asyncio.get_running_loop()
         if self.config.relay:
             self._load_poller = loop.create_task(
-                self._supervised("Relay-Decode load poller", self._poll_relay_loads)
+                self._supervised("instance load poller", self._poll_loads)
             )
         self._health_probe = loop.create_task(
             self._supervised("instance health probe", lambda: self.health.probe(self.session))
@@ -165,15 +168,19 @@ class RouterState:
     def _supervised(self, name: str, loop):
         return supervise(name, loop, on_failure=self.metrics.counting_failures_of(name))
 
-    async def _poll_relay_loads(self, interval_s: float = 0.5) -> None:
-        """Keep ``relay_loads`` current: the busier of KV-token usage and running-request use."""
+    async def _poll_loads(self, interval_s: float = 0.5) -> None:
+        """Keep ``relay_loads`` current (the busier of KV-token usage and running-request use)
+        and, when RLD shares P's hardware, ``prefill_backlogs``."""
+        polled = [(url, self.relay_loads, decode_busy_fraction) for url in self.config.relay]
+        if self.config.pipeline.relay_shares_prefill:
+            polled += [(url, None, self.prefill_backlogs[url].note) for url in self.config.prefill]
         while True:
-            for url in self.config.relay:
+            for url, into, read in polled:
                 try:
                     data = await self._get(f"{url}/v1/loads")
-                    load = data["loads"][0]
-                    running = load["num_running_reqs"] / max(load["max_running_requests"], 1)
-                    self.relay_loads[url] = max(float(load["token_usage"]), running)
+                    value = read(data)
+                    if into is not None:
+                        into[url] = value
                 except (
                     aiohttp.ClientError,
                     TimeoutError,
@@ -331,6 +338,7 @@ class RouterState:
                     u,
                     self.prefill_cache[u].match(hashes) * self.config.cache_block_tokens,
                     self.prefill_active[u],
+                    self.prefill_backlogs[u].seconds,
                 )
                 for u in self.config.prefill
                 if u not in avoid

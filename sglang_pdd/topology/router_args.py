@@ -1,7 +1,8 @@
 """The router's flags from a topology file (``sglang-pdd router --topology FILE``).
 
 The file's instances become ``--prefill``/``--relay``/``--main`` flags (each Main-Decode's URL,
-control and KV-event endpoints kept together), its WAN the policy's assumed link, and
+control and KV-event endpoints kept together; ``--relay-shares-prefill`` when a Relay-Decode
+shares a Prefill's host and chips), its WAN the policy's assumed link, and
 ``router.options`` (flag name -> value) the other flags. The router's own parser then checks
 them as if typed: an unknown option is refused by name. Flags given on the command line after
 ``--topology`` win over the file's options.
@@ -35,6 +36,8 @@ def router_argv(t: Topology, environ: Mapping[str, str] = os.environ) -> list[st
         argv += ["--relay", inst.http_url]
     if not relays:
         argv.append("--no-relay")
+    elif _relay_shares_prefill(t):
+        argv.append("--relay-shares-prefill")
     for _, inst in t.instances("main"):
         argv += ["--main", inst.http_url, "--main-control", inst.control_endpoint]
         if inst.kv_events_endpoint is not None:
@@ -59,6 +62,18 @@ def router_argv(t: Topology, environ: Mapping[str, str] = os.environ) -> list[st
             raise ValueError(f"router.keys.{field}: the environment variable {variable} is unset")
         argv += [flag, environ[variable]]
     return argv
+
+
+def _relay_shares_prefill(t: Topology) -> bool:
+    """A Relay-Decode and a Prefill on one host whose chips overlap (no chips listed: every
+    chip visible there) compete for the same compute."""
+    for _, relay in t.instances("relay"):
+        for _, prefill in t.instances("prefill"):
+            if relay.host != prefill.host:
+                continue
+            if not relay.chips or not prefill.chips or set(relay.chips) & set(prefill.chips):
+                return True
+    return False
 
 
 def expand_topology(argv: list[str], environ: Mapping[str, str] = os.environ) -> list[str]:

@@ -109,6 +109,23 @@ def test_one_shot_matches_colocated(pdd_cluster, colocated, stream):
     _assert_nothing_held(pdd_cluster)
 
 
+def test_the_router_reads_the_prefills_queue_and_rate_from_its_loads(pdd_cluster):
+    """RLD shares P's host here, so the topology makes the router poll P's /v1/loads (SGLang's
+    JSON, read by name) and learn P's prefill rate from its counters once P has prefilled."""
+    router = pdd_cluster.router_url
+    info = requests.get(f"{router}/get_server_info", timeout=30).json()["pdd_router"]
+    (prefill,) = info["prefill"]
+    deadline = time.monotonic() + 120
+    while True:  # the earlier tests prefilled on P; the poller looks every half second
+        backlog = info["prefill_backlogs"][prefill]
+        if backlog["tokens_per_s"] is not None:
+            break
+        assert time.monotonic() < deadline, backlog
+        generate(router, _body(make_prompt(random.Random(31), 200), 4))
+        info = requests.get(f"{router}/get_server_info", timeout=30).json()["pdd_router"]
+    assert backlog["tokens_per_s"] > 0 and backlog["seconds"] >= 0, backlog
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
 def test_one_shot_at_chosen_points_matches_colocated(
     held_router, held_links, pdd_cluster, colocated, stream

@@ -84,6 +84,9 @@ def test_cached_beyond_input_is_capped():
         ({"anomaly_min_input_tokens": 0}, "anomaly_min_input_tokens"),
         ({"anomaly_max_output_tokens": -3}, "anomaly_max_output_tokens"),
         ({"max_relay_load": 0.0}, "max_relay_load"),
+        ({"relay_shares_prefill": 1}, "relay_shares_prefill"),
+        ({"prefill_backlog_limit_s": -0.1}, "prefill_backlog_limit_s"),
+        ({"prefill_backlog_limit_s": float("inf")}, "prefill_backlog_limit_s"),
     ],
 )
 def test_config_rejects_bad_values_naming_the_field(kwargs, flag):
@@ -159,3 +162,27 @@ def test_pace_ratio_is_validated():
     for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="pace_ratio"):
             PipelinePolicy().decide(facts(10, 0), LINK, pace_ratio=bad)
+
+
+@pytest.mark.parametrize(
+    "shares, slo, backlog_s, pipeline",
+    [
+        (True, None, 0.6, "P-MD"),  # P has more than 0.5 s queued: RLD would slow it
+        (True, None, 0.5, "P-RLD-MD"),  # at the limit: relaying goes on
+        (True, None, 0.0, "P-RLD-MD"),
+        (False, None, 30.0, "P-RLD-MD"),  # RLD on chips of its own costs P nothing
+        (True, 0.0, 30.0, "P-RLD-MD"),  # --ttft-slo-s 0 relays every request
+        (True, 1.0, 30.0, "P-MD"),
+    ],
+)
+def test_a_relay_on_prefills_hardware_yields_while_prefills_wait(shares, slo, backlog_s, pipeline):
+    """RLD decoding on P's cores takes compute from the prefills queued there (the sweep's 7
+    sessions: P's prefills took 7-14 s while RLD decoded); a request that P makes wait gains
+    nothing from RLD's head start that the others do not pay for."""
+    policy = PipelinePolicy(PipelinePolicyConfig(ttft_slo_s=slo, relay_shares_prefill=shares))
+    d = policy.decide(facts(64_000, 0), LINK, handoff_gap_s=0.1, prefill_backlog_s=backlog_s)
+    assert d.pipeline == pipeline, d.reason
+    if pipeline == "P-MD":
+        assert d.rule == "prefill_busy" and f"{backlog_s:.2f}s of prefill queued" in d.reason
+    with pytest.raises(ValueError, match="prefill_backlog_s"):
+        policy.decide(facts(10, 0), LINK, prefill_backlog_s=float("nan"))

@@ -127,3 +127,19 @@ def test_the_snapshots_pace_ratio_reaches_the_relative_objective():
     equal = plan(snapshot(handoff_gap_s=0.2), 1000, 64, relative)
     slow_relay = plan(snapshot(handoff_gap_s=0.2, pace_ratio=0.25), 1000, 64, relative)
     assert (equal.decision.pipeline, slow_relay.decision.pipeline) == ("P-RLD-MD", "P-MD")
+
+
+def test_the_chosen_prefills_backlog_reaches_the_policy():
+    """The backlog that counts is the one of the P the request will wait for (the best hit),
+    not the least busy P's."""
+    sharing = PipelinePolicy(PipelinePolicyConfig(ttft_slo_s=0.1, relay_shares_prefill=True))
+    busy_hit = (PrefillCandidate("p0", 0, 0, 0.0), PrefillCandidate("p1", 512, 0, 3.0))
+    chosen = plan(snapshot(prefills=busy_hit), 1000, 64, sharing)
+    assert (chosen.prefill, chosen.decision.pipeline, chosen.decision.rule) == (
+        "p1",
+        "P-MD",
+        "prefill_busy",
+    )
+    idle_hit = (PrefillCandidate("p0", 0, 0, 3.0), PrefillCandidate("p1", 512, 0, 0.0))
+    chosen = plan(snapshot(prefills=idle_hit), 1000, 64, sharing)
+    assert (chosen.prefill, chosen.decision.pipeline) == ("p1", "P-RLD-MD")

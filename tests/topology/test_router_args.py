@@ -58,3 +58,37 @@ def test_an_unknown_router_option_is_refused_by_the_routers_parser(tmp_path):
 def test_without_the_file_the_flags_pass_through():
     argv = ["--prefill", "http://p:1", "--relay", "http://r:1"]
     assert expand_topology(argv, {}) == argv
+
+
+SAME_HOST = "host: 10.0.0.12\n        port: 30000"
+MOVED = "host: 10.0.0.11\n        port: 30001"  # RLD moved onto P's host
+
+
+@pytest.mark.parametrize(
+    "edits, shares",
+    [
+        ([], False),  # RLD on a host of its own
+        ([(SAME_HOST, MOVED)], True),  # P's host, one of P's chips
+        (
+            [
+                (SAME_HOST, MOVED),
+                (
+                    "tp: 8\n        chips: [0, 1, 2, 3, 4, 5, 6, 7]",
+                    "tp: 4\n        chips: [0, 1, 2, 3]",
+                ),
+                ("chips: [0]\n", "chips: [4]\n"),
+            ],
+            False,  # P's host, a chip P does not use
+        ),
+        ([(SAME_HOST, MOVED), ("        chips: [0]\n", "")], True),  # all chips
+    ],
+    ids=["own-host", "p-chip", "own-chip", "unlisted-chips"],
+)
+def test_a_relay_on_a_prefills_host_and_chips_shares_its_hardware(tmp_path, edits, shares):
+    text = Path(EXAMPLE).read_text()
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    path = tmp_path / "t.yaml"
+    path.write_text(text)
+    assert _config(["--topology", str(path)]).pipeline.relay_shares_prefill is shares
