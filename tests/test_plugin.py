@@ -41,17 +41,6 @@ def test_every_module_in_patches_is_listed():
     assert files == set(PATCH_MODULES)
 
 
-def test_every_patch_target_exists_in_installed_sglang():
-    # The upgrade checklist, automated: each recorded target must still exist.
-    code = "import pkgutil\nfrom sglang_pdd.cpu.activation import activate\nactivate()\n"
-    for module in load_patch_modules():
-        owner, attr = module.RECORD.target.rsplit(".", 1)
-        code += f"assert hasattr(pkgutil.resolve_name({owner!r}), {attr!r}), {owner!r}\n"
-    result = _run(code + "print('ALL-PRESENT')")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "ALL-PRESENT" in result.stdout
-
-
 def _run(code: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1"}
     return subprocess.run(

@@ -89,7 +89,7 @@ def test_a_wrong_entry_is_reported():
 
 
 def test_every_hook_target_is_in_the_surface():
-    # The targets' existence is checked by test_plugin; here their signatures join the table.
+    # Each target then exists, with its signature, wherever the surface holds (above).
     targets = {use.target for use in SURFACE}
     missing = [m.__name__ for m in load_patch_modules() if m.RECORD.target not in targets]
     assert missing == []
