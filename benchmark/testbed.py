@@ -58,7 +58,7 @@ from sglang_pdd.testbed.workload import (
 )
 from sglang_pdd.transfer.wan_link import WanLinkConfig
 
-CONTENDERS = ("same-dc", "cross-dc", "pdd", "pdd-overlap", "pdd-after-relay")
+CONTENDERS = ("same-dc", "cross-dc", "pdd", "pdd-overlap", "pdd-after-relay", "pdd-no-yield")
 _KV_LINE = re.compile(r"kv-transfer to=(\S+) bytes=(\d+) .*wan=True")
 
 
@@ -124,6 +124,10 @@ def start_testbed(group: ServerGroup, model: str, link: WanLinkConfig, args) -> 
     if "pdd-after-relay" in args.contenders:
         routers["pdd-after-relay"] = start_router(
             group, cluster, name="router-after-relay", main_transfer_start="after-relay"
+        ).url
+    if "pdd-no-yield" in args.contenders:  # RLD does not yield to P's queue (the rule off)
+        routers["pdd-no-yield"] = start_router(
+            group, cluster, name="router-no-yield", prefill_backlog_limit_s=1e9
         ).url
     return Testbed(cluster, via_wan, decode.url, routers, gateways)
 

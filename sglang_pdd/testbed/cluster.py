@@ -378,7 +378,7 @@ def start_router(
     ``handoff_retry_s``, ``migration_limit``,
     ``control_curve`` (a (secret file, MD public key file) pair),
     ``control_timeout_s``, ``handoff_gap_prior_s``, ``tail_on_relay``, ``handoff_switch``,
-    ``instance_check_interval_s`` (None: the router's default)), and
+    ``instance_check_interval_s``, ``prefill_backlog_limit_s`` (None: the router's default)), and
     ``relay_url`` reaches Relay-Decode another way (e.g. through a slow proxy), ``relays`` lists
     several Relay-Decodes instead, ``mains`` replaces the Main-Decodes it routes to."""
     cfg = cluster.config
@@ -406,6 +406,7 @@ def start_router(
         # need: a short control timeout would turn that into a dropped connection.
         "control_timeout_s": 600.0,
         "instance_check_interval_s": None,
+        "prefill_backlog_limit_s": None,
     }
     if unknown := set(overrides) - set(opts):
         raise ValueError(
@@ -461,6 +462,11 @@ def start_router(
             *(
                 ("--instance-check-interval-s", str(opts["instance_check_interval_s"]))
                 if opts["instance_check_interval_s"] is not None
+                else ()
+            ),
+            *(
+                ("--prefill-backlog-limit-s", str(opts["prefill_backlog_limit_s"]))
+                if opts["prefill_backlog_limit_s"] is not None
                 else ()
             ),
             *(("--incremental-streaming-output",) if opts["incremental_streaming_output"] else ()),
