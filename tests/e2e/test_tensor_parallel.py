@@ -79,7 +79,8 @@ def test_handoffs_to_the_tensor_parallel_main_decode_match_colocated(tp_routers,
             "text": prompt,
             "sampling_params": {
                 "temperature": 0.0,
-                "max_new_tokens": 300,
+                # Past each handoff point (3, 40; Catch-Up's 150 + 100 more) with room to spare.
+                "max_new_tokens": (120, 120, 300)[i],
                 "ignore_eos": True,
                 "frequency_penalty": 0.2 * i,
             },
