@@ -58,7 +58,15 @@ from sglang_pdd.testbed.workload import (
 )
 from sglang_pdd.transfer.wan_link import WanLinkConfig
 
-CONTENDERS = ("same-dc", "cross-dc", "pdd", "pdd-overlap", "pdd-after-relay", "pdd-no-yield")
+CONTENDERS = (
+    "same-dc",
+    "cross-dc",
+    "pdd",
+    "pdd-overlap",
+    "pdd-after-relay",
+    "pdd-no-yield",
+    "pdd-burst-yield",
+)
 _KV_LINE = re.compile(r"kv-transfer to=(\S+) bytes=(\d+) .*wan=True")
 
 
@@ -128,6 +136,10 @@ def start_testbed(group: ServerGroup, model: str, link: WanLinkConfig, args) -> 
     if "pdd-no-yield" in args.contenders:  # RLD does not yield to P's queue (the rule off)
         routers["pdd-no-yield"] = start_router(
             group, cluster, name="router-no-yield", prefill_backlog_limit_s=1e9
+        ).url
+    if "pdd-burst-yield" in args.contenders:  # yields at the last look's queue, bursts included
+        routers["pdd-burst-yield"] = start_router(
+            group, cluster, name="router-burst-yield", prefill_backlog_window_s=0
         ).url
     return Testbed(cluster, via_wan, decode.url, routers, gateways)
 

@@ -15,6 +15,8 @@ PIPELINE_P_MD = "P-MD"
 PIPELINE_P_RLD_MD = "P-RLD-MD"
 PIPELINE_P_RLD = "P-RLD"
 PIPELINES = (PIPELINE_P_MD, PIPELINE_P_RLD_MD, PIPELINE_P_RLD)
+# The longest --prefill-backlog-window-s: the router keeps about two minutes of P's looks.
+MAX_BACKLOG_WINDOW_S = 60.0
 
 
 def _check_non_negative_int(name: str, value: object) -> None:
@@ -59,6 +61,11 @@ class PipelinePolicyConfig:
     prefill_backlog_limit_s: with ``relay_shares_prefill``, requests go P-MD while P has more
         than this many seconds of prefill queued (its /v1/loads' waiting uncached tokens over
         its measured prefill rate). Not applied with ``ttft_slo_s`` 0 (relay every request).
+    prefill_backlog_window_s: ... and has had more than that at every look for this long. A
+        relayed request's RLD phase starts only once P has prefilled it, after what is queued
+        ahead of it: it slows P only if more arrives behind it. A queue that has stood for a
+        while predicts that; a burst P is about to clear does not, and sending its requests
+        P-MD only makes them wait for their KV on the link. 0: the last look alone.
     """
 
     ttft_slo_s: float | None = option(
@@ -94,12 +101,24 @@ class PipelinePolicyConfig:
         "with --relay-shares-prefill: requests go P-MD while P has more than this many seconds "
         "of prefill queued (not with --ttft-slo-s 0)",
     )
+    prefill_backlog_window_s: float = option(
+        2.0,
+        "with --relay-shares-prefill: ... and has had more than --prefill-backlog-limit-s "
+        "queued at every look for this many seconds (a standing queue, not a burst); 0: the "
+        "last look alone; at most 60",
+    )
 
     def __post_init__(self) -> None:
         if self.ttft_slo_s is not None:
             _check_finite("ttft_slo_s", self.ttft_slo_s, positive=False)
         _check_finite("max_relay_load", self.max_relay_load, positive=True)
         _check_finite("prefill_backlog_limit_s", self.prefill_backlog_limit_s, positive=False)
+        _check_finite("prefill_backlog_window_s", self.prefill_backlog_window_s, positive=False)
+        if self.prefill_backlog_window_s > MAX_BACKLOG_WINDOW_S:
+            raise ValueError(
+                f"prefill_backlog_window_s must be between 0 and {MAX_BACKLOG_WINDOW_S}, "
+                f"got {self.prefill_backlog_window_s!r}"
+            )
         for flag in ("enable_relay", "enable_anomaly_filter", "relay_shares_prefill"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import aiohttp
 from aiohttp import web
@@ -232,9 +233,16 @@ async def server_info(request):
                 # caching the KV of a request that finished on Relay-Decode).
                 "background_requests": len(state.background),
                 "relay_loads": dict(state.relay_loads),
-                # Each P's queued prefill and prefill rate (polled with --relay-shares-prefill).
+                # Each P's queued prefill, the least of it over the policy's window, and its
+                # prefill rate (polled with --relay-shares-prefill).
                 "prefill_backlogs": {
-                    u: {"seconds": b.seconds, "tokens_per_s": b.rate.value}
+                    u: {
+                        "seconds": b.seconds,
+                        "standing_seconds": b.standing_seconds(
+                            cfg.pipeline.prefill_backlog_window_s, time.monotonic()
+                        ),
+                        "tokens_per_s": b.rate.value,
+                    }
                     for u, b in state.prefill_backlogs.items()
                 },
                 "out_of_rotation": sorted(state.health.out_of_rotation()),

@@ -7,6 +7,7 @@ tokens prefilled and microseconds spent prefilling. Pure: the router's poller fe
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from sglang_pdd.policy.planner import MovingAverage
@@ -28,9 +29,11 @@ class PrefillBacklog:
     rate: MovingAverage = field(default_factory=MovingAverage)
     waiting_tokens: int = 0
     _counters: tuple[int, int] | None = None  # (tokens prefilled, busy us) at the last look
+    # (when, seconds) of recent looks, oldest first: what ``standing_seconds`` reads.
+    _looks: deque = field(default_factory=lambda: deque(maxlen=256))
 
-    def note(self, loads: dict) -> None:
-        """Fold in one ``/v1/loads`` answer."""
+    def note(self, loads: dict, now: float) -> None:
+        """Fold in one ``/v1/loads`` answer, read at ``now`` (monotonic seconds)."""
         load = loads["loads"][0]
         tokens, busy_us = (
             int(load["total_prefill_uncached_tokens"]),
@@ -41,8 +44,22 @@ class PrefillBacklog:
         if last is not None and busy_us > last[1] and tokens >= last[0]:
             self.rate.note((tokens - last[0]) / ((busy_us - last[1]) / 1e6))
         self.waiting_tokens = int(load["num_waiting_uncached_tokens"])
+        self._looks.append((now, self.seconds))
 
     @property
     def seconds(self) -> float:
         rate = self.rate.value
         return self.waiting_tokens / rate if rate else 0.0
+
+    def standing_seconds(self, window_s: float, now: float) -> float:
+        """The least backlog of every look in the last ``window_s`` seconds: a queue that has
+        stood that long, as opposed to a burst P is about to clear. 0 until the looks span the
+        window; ``window_s`` 0: the last look's backlog."""
+        if window_s == 0:
+            return self.seconds
+        since = now - window_s
+        if not self._looks or self._looks[0][0] > since:
+            return 0.0  # not watched for a whole window yet
+        # The look at or just before the window's start counts: it held until the next one.
+        start = max(i for i, (when, _) in enumerate(self._looks) if when <= since)
+        return min(seconds for _, seconds in list(self._looks)[start:])

@@ -6,7 +6,9 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import time
 from dataclasses import dataclass, replace
+from functools import partial
 
 import aiohttp
 from aiohttp import web
@@ -173,7 +175,7 @@ class RouterState:
         and, when RLD shares P's hardware, ``prefill_backlogs``."""
         polled = [(url, self.relay_loads, decode_busy_fraction) for url in self.config.relay]
         if self.config.pipeline.relay_shares_prefill:
-            polled += [(url, None, self.prefill_backlogs[url].note) for url in self.config.prefill]
+            polled += [(url, None, partial(self._note_backlog, url)) for url in self.config.prefill]
         while True:
             for url, into, read in polled:
                 try:
@@ -191,6 +193,9 @@ class RouterState:
                 ) as exc:
                     logger.debug("sglang-pdd router: no load from %s: %s", url, exc)
             await asyncio.sleep(interval_s)
+
+    def _note_backlog(self, url: str, loads: dict) -> None:
+        self.prefill_backlogs[url].note(loads, time.monotonic())
 
     async def _get(self, url: str) -> dict:
         cfg = self.config
@@ -332,13 +337,14 @@ class RouterState:
         hashes = block_hashes(input_ids, self.config.cache_block_tokens)
         sites = [site for site in self.mains.values() if site.url not in avoid]
         main_plans = {site.url: self.main_plan(site, input_ids, hashes) for site in sites}
+        backlog_window_s, now = self.config.pipeline.prefill_backlog_window_s, time.monotonic()
         snapshot = ClusterSnapshot(
             prefills=tuple(
                 PrefillCandidate(
                     u,
                     self.prefill_cache[u].match(hashes) * self.config.cache_block_tokens,
                     self.prefill_active[u],
-                    self.prefill_backlogs[u].seconds,
+                    self.prefill_backlogs[u].standing_seconds(backlog_window_s, now),
                 )
                 for u in self.config.prefill
                 if u not in avoid

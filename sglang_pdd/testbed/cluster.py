@@ -378,7 +378,8 @@ def start_router(
     ``handoff_retry_s``, ``migration_limit``,
     ``control_curve`` (a (secret file, MD public key file) pair),
     ``control_timeout_s``, ``handoff_gap_prior_s``, ``tail_on_relay``, ``handoff_switch``,
-    ``instance_check_interval_s``, ``prefill_backlog_limit_s`` (None: the router's default)), and
+    ``instance_check_interval_s``, ``prefill_backlog_limit_s``, ``prefill_backlog_window_s``
+    (None: the router's default)), and
     ``relay_url`` reaches Relay-Decode another way (e.g. through a slow proxy), ``relays`` lists
     several Relay-Decodes instead, ``mains`` replaces the Main-Decodes it routes to."""
     cfg = cluster.config
@@ -407,6 +408,7 @@ def start_router(
         "control_timeout_s": 600.0,
         "instance_check_interval_s": None,
         "prefill_backlog_limit_s": None,
+        "prefill_backlog_window_s": None,
     }
     if unknown := set(overrides) - set(opts):
         raise ValueError(
@@ -467,6 +469,11 @@ def start_router(
             *(
                 ("--prefill-backlog-limit-s", str(opts["prefill_backlog_limit_s"]))
                 if opts["prefill_backlog_limit_s"] is not None
+                else ()
+            ),
+            *(
+                ("--prefill-backlog-window-s", str(opts["prefill_backlog_window_s"]))
+                if opts["prefill_backlog_window_s"] is not None
                 else ()
             ),
             *(("--incremental-streaming-output",) if opts["incremental_streaming_output"] else ()),

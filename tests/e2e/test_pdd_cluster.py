@@ -125,6 +125,7 @@ def test_the_router_reads_the_prefills_queue_and_rate_from_its_loads(pdd_cluster
         generate(router, _body(make_prompt(random.Random(31), 200), 4))
         info = requests.get(f"{router}/get_server_info", timeout=30).json()["pdd_router"]
     assert backlog["tokens_per_s"] > 0 and backlog["seconds"] >= 0, backlog
+    assert 0 <= backlog["standing_seconds"] <= backlog["seconds"], backlog
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])

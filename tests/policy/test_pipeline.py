@@ -87,6 +87,9 @@ def test_cached_beyond_input_is_capped():
         ({"relay_shares_prefill": 1}, "relay_shares_prefill"),
         ({"prefill_backlog_limit_s": -0.1}, "prefill_backlog_limit_s"),
         ({"prefill_backlog_limit_s": float("inf")}, "prefill_backlog_limit_s"),
+        ({"prefill_backlog_window_s": -1.0}, "prefill_backlog_window_s"),
+        ({"prefill_backlog_window_s": float("nan")}, "prefill_backlog_window_s"),
+        ({"prefill_backlog_window_s": 61.0}, "prefill_backlog_window_s"),
     ],
 )
 def test_config_rejects_bad_values_naming_the_field(kwargs, flag):
