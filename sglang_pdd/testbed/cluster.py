@@ -383,7 +383,41 @@ def start_router(
     ``relay_url`` reaches Relay-Decode another way (e.g. through a slow proxy), ``relays`` lists
     several Relay-Decodes instead, ``mains`` replaces the Main-Decodes it routes to."""
     cfg = cluster.config
-    opts = {
+    opts = router_options(cfg)
+    if unknown := set(overrides) - set(opts):
+        raise ValueError(
+            f"start_router: unknown overrides {sorted(unknown)}; "
+            f"accepted: {', '.join(sorted(opts))}"
+        )
+    opts.update(overrides)
+    port = free_port()
+    # The instances, the WAN and the listen address come from a topology file, as in a real
+    # deployment (so every e2e test runs the file format); the other flags follow it.
+    topology = write_topology(
+        group.log_dir / f"{name}-topology.yaml",
+        cluster,
+        relays or [relay_url or cluster.relay.url],
+        mains or cluster.mains,
+        port,
+    )
+    router = group.launch_command(
+        name,
+        _cli("router", "--topology", str(topology), *router_flags(opts)),
+        port,
+        # The router runs in datacenter A (as deployed, beside P and RLD): on datacenter B's
+        # cores its per-token work would slow Main-Decode, which no real deployment does.
+        cpus=cfg.datacenter_cpus[0],
+    )
+    # /get_model_info answers once the router has connected to every instance; its /health
+    # would also probe them, which a deliberately slow link can push past the probe's timeout.
+    group.wait_ready(router, timeout=120, path="/get_model_info", api_key=opts["api_key"])
+    return router
+
+
+def router_options(cfg: PddClusterConfig) -> dict:
+    """The options ``start_router`` passes a router on a cluster built from ``cfg`` (what its
+    ``overrides`` may replace; None: the router's own default)."""
+    return {
         "handoff_mode": cfg.handoff_mode,
         "handoff_switch": cfg.handoff_switch,
         "catchup_threshold": cfg.catchup_threshold,
@@ -410,97 +444,28 @@ def start_router(
         "prefill_backlog_limit_s": None,
         "prefill_backlog_window_s": None,
     }
-    if unknown := set(overrides) - set(opts):
-        raise ValueError(
-            f"start_router: unknown overrides {sorted(unknown)}; "
-            f"accepted: {', '.join(sorted(opts))}"
-        )
-    opts.update(overrides)
-    port = free_port()
-    # The instances, the WAN and the listen address come from a topology file, as in a real
-    # deployment (so every e2e test runs the file format); the other flags follow it.
-    topology = write_topology(
-        group.log_dir / f"{name}-topology.yaml",
-        cluster,
-        relays or [relay_url or cluster.relay.url],
-        mains or cluster.mains,
-        port,
-    )
-    router = group.launch_command(
-        name,
-        _cli(
-            "router",
-            "--topology",
-            str(topology),
-            "--handoff-mode",
-            opts["handoff_mode"],
-            "--handoff-switch",
-            opts["handoff_switch"],
-            "--catchup-threshold",
-            str(opts["catchup_threshold"]),
-            "--catchup-chunk",
-            str(opts["catchup_chunk"]),
-            *(("--ttft-slo-s", str(opts["ttft_slo_s"])) if opts["ttft_slo_s"] is not None else ()),
-            "--upstream-keepalive-s",
-            str(opts["upstream_keepalive_s"]),
-            "--auto-relay-busy-fraction",
-            str(opts["auto_relay_busy_fraction"]),
-            "--main-transfer-start",
-            opts["main_transfer_start"],
-            "--upstream-idle-timeout-s",
-            str(opts["upstream_idle_timeout_s"]),
-            "--handoff-retry-s",
-            str(opts["handoff_retry_s"]),
-            "--migration-limit",
-            str(opts["migration_limit"]),
-            *(() if opts["tail_on_relay"] else ("--no-tail-on-relay",)),
-            *(
-                ("--handoff-gap-prior-s", str(opts["handoff_gap_prior_s"]))
-                if opts["handoff_gap_prior_s"] is not None
-                else ()
-            ),
-            "--control-timeout-s",
-            str(opts["control_timeout_s"]),
-            *(
-                ("--instance-check-interval-s", str(opts["instance_check_interval_s"]))
-                if opts["instance_check_interval_s"] is not None
-                else ()
-            ),
-            *(
-                ("--prefill-backlog-limit-s", str(opts["prefill_backlog_limit_s"]))
-                if opts["prefill_backlog_limit_s"] is not None
-                else ()
-            ),
-            *(
-                ("--prefill-backlog-window-s", str(opts["prefill_backlog_window_s"]))
-                if opts["prefill_backlog_window_s"] is not None
-                else ()
-            ),
-            *(("--incremental-streaming-output",) if opts["incremental_streaming_output"] else ()),
-            *(("--seeded-sampling",) if opts["seeded_sampling"] else ()),
-            *(("--tool-call-parser", opts["tool_call_parser"]) if opts["tool_call_parser"] else ()),
-            *(("--api-key", opts["api_key"]) if opts["api_key"] else ()),
-            *(("--admin-api-key", opts["admin_api_key"]) if opts["admin_api_key"] else ()),
-            *(
-                (
-                    "--control-curve-secret",
-                    str(opts["control_curve"][0]),
-                    "--control-curve-server",
-                    str(opts["control_curve"][1]),
-                )
-                if opts["control_curve"]
-                else ()
-            ),
-        ),
-        port,
-        # The router runs in datacenter A (as deployed, beside P and RLD): on datacenter B's
-        # cores its per-token work would slow Main-Decode, which no real deployment does.
-        cpus=cfg.datacenter_cpus[0],
-    )
-    # /get_model_info answers once the router has connected to every instance; its /health
-    # would also probe them, which a deliberately slow link can push past the probe's timeout.
-    group.wait_ready(router, timeout=120, path="/get_model_info", api_key=opts["api_key"])
-    return router
+
+
+def router_flags(opts: dict) -> list[str]:
+    """``start_router``'s options as router flags: each key is its flag's name (``a_b`` ->
+    ``--a-b``); None leaves the router's default; True is a bare switch and False omits it,
+    except ``tail_on_relay`` (on by default, ``--no-tail-on-relay``); ``control_curve`` is a
+    (secret file, MD public key file) pair."""
+    out: list[str] = []
+    for key, value in opts.items():
+        flag = "--" + key.replace("_", "-")
+        if key == "tail_on_relay":
+            out += [] if value else ["--no-tail-on-relay"]
+        elif key == "control_curve":
+            if value:
+                secret, server_key = value
+                out += ["--control-curve-secret", str(secret)]
+                out += ["--control-curve-server", str(server_key)]
+        elif isinstance(value, bool):
+            out += [flag] if value else []
+        elif value is not None and value != "":
+            out += [flag, str(value)]
+    return out
 
 
 def write_topology(
