@@ -199,6 +199,31 @@ class PipelinePolicy:
     def __init__(self, config: PipelinePolicyConfig | None = None) -> None:
         self.config = config or PipelinePolicyConfig()
 
+    def _over_objective(
+        self,
+        est: float,
+        prefill_s: float,
+        link: LinkEstimate,
+        handoff_gap_s: float | None,
+        pace_ratio: float,
+    ) -> tuple[bool, str]:
+        """Whether a request whose first token from MD is expected after ``est`` seconds is
+        worth relaying, and the objective it was weighed against (for the decision's reason)."""
+        cfg = self.config
+        if cfg.ttft_slo_s is not None:
+            return est > cfg.ttft_slo_s, f"SLO {cfg.ttft_slo_s}s"
+        gap = link.rtt_s if handoff_gap_s is None else handoff_gap_s
+        _check_finite("handoff_gap_s", gap, positive=False)
+        _check_finite("pace_ratio", pace_ratio, positive=True)
+        # RLD streams until MD's "ready" reaches the router (half an RTT after the KV
+        # landed); each id it makes is one MD need not make, worth MD's time per id.
+        wait = est - prefill_s
+        head_start = (wait + link.rtt_s / 2) * pace_ratio
+        return head_start > gap, (
+            f"RLD head start {head_start:.2f}s (KV wait {wait:.2f}s + {link.rtt_s / 2:.2f}s, "
+            f"x{pace_ratio:.2f} MD/RLD s per id) vs handoff gap {gap:.2f}s"
+        )
+
     def decide(
         self,
         facts: RequestFacts,
@@ -234,34 +259,20 @@ class PipelinePolicy:
             f"behind {link.backlog_bytes / 1e3:.0f} kB at "
             f"{link.bandwidth_bytes_per_s * 8 / 1e6:.1f} Mbit/s, +{link.rtt_s:.2f}s)"
         )
-        if cfg.ttft_slo_s is None:
-            gap = link.rtt_s if handoff_gap_s is None else handoff_gap_s
-            _check_finite("handoff_gap_s", gap, positive=False)
-            _check_finite("pace_ratio", pace_ratio, positive=True)
-            # RLD streams until MD's "ready" reaches the router (half an RTT after the KV
-            # landed); each id it makes is one MD need not make, worth MD's time per id.
-            wait = est - prefill_s
-            head_start = (wait + link.rtt_s / 2) * pace_ratio
-            slow = head_start > gap
-            objective = (
-                f"RLD head start {head_start:.2f}s (KV wait {wait:.2f}s + {link.rtt_s / 2:.2f}s, "
-                f"x{pace_ratio:.2f} MD/RLD s per id) vs handoff gap {gap:.2f}s"
-            )
-        else:
-            slow = est > cfg.ttft_slo_s
-            objective = f"SLO {cfg.ttft_slo_s}s"
-        if cfg.enable_relay and slow and relay_load >= cfg.max_relay_load:
-            return PipelineDecision(
-                PIPELINE_P_MD,
-                f"{why}, over {objective}, but RLD load {relay_load:.2f} >= {cfg.max_relay_load}",
-                wan_bytes,
-                est,
-                "relay_busy",
-            )
+        slow, objective = self._over_objective(est, prefill_s, link, handoff_gap_s, pace_ratio)
+
+        def via(pipeline: str, reason: str, rule: str) -> PipelineDecision:
+            return PipelineDecision(pipeline, reason, wan_bytes, est, rule)
+
+        if not cfg.enable_relay:
+            return via(PIPELINE_P_MD, f"relay disabled; {why}", "relay_disabled")
+        if not slow:
+            return via(PIPELINE_P_MD, f"{why}, within {objective}", "within_slo")
+        if relay_load >= cfg.max_relay_load:
+            why += f", over {objective}, but RLD load {relay_load:.2f} >= {cfg.max_relay_load}"
+            return via(PIPELINE_P_MD, why, "relay_busy")
         if (
-            cfg.enable_relay
-            and cfg.enable_anomaly_filter
-            and slow
+            cfg.enable_anomaly_filter
             and facts.input_tokens >= cfg.anomaly_min_input_tokens
             and facts.max_output_tokens <= cfg.anomaly_max_output_tokens
         ):
@@ -274,32 +285,13 @@ class PipelinePolicy:
                 "anomalous",
             )
         if (
-            cfg.enable_relay
-            and slow
-            and cfg.relay_shares_prefill
+            cfg.relay_shares_prefill
             and cfg.ttft_slo_s != 0
             and prefill_backlog_s > cfg.prefill_backlog_limit_s
         ):
-            return PipelineDecision(
-                PIPELINE_P_MD,
-                f"{why}, over {objective}, but P has {prefill_backlog_s:.2f}s of prefill queued "
-                f"(> {cfg.prefill_backlog_limit_s}s) and RLD shares its hardware",
-                wan_bytes,
-                est,
-                "prefill_busy",
+            why += (
+                f", over {objective}, but P has {prefill_backlog_s:.2f}s of prefill queued "
+                f"(> {cfg.prefill_backlog_limit_s}s) and RLD shares its hardware"
             )
-        if cfg.enable_relay and slow:
-            return PipelineDecision(
-                PIPELINE_P_RLD_MD,
-                f"{why}, over {objective}: RLD streams first",
-                wan_bytes,
-                est,
-                "over_slo",
-            )
-        if not cfg.enable_relay:
-            return PipelineDecision(
-                PIPELINE_P_MD, f"relay disabled; {why}", wan_bytes, est, "relay_disabled"
-            )
-        return PipelineDecision(
-            PIPELINE_P_MD, f"{why}, within {objective}", wan_bytes, est, "within_slo"
-        )
+            return via(PIPELINE_P_MD, why, "prefill_busy")
+        return via(PIPELINE_P_RLD_MD, f"{why}, over {objective}: RLD streams first", "over_slo")
