@@ -192,6 +192,12 @@ class RouterConfig:
     )
 
     def __post_init__(self) -> None:
+        self._check_instances()
+        self._check_limits()
+        self._check_keys()
+
+    def _check_instances(self) -> None:
+        """The instances' URLs and control endpoints, and what the pipeline needs of them."""
         if not self.prefill:
             raise ValueError("--prefill is required (at least one prefill server URL)")
         if not self.main:
@@ -211,6 +217,9 @@ class RouterConfig:
                 )
         if self.pipeline.enable_relay and not self.relay:
             raise ValueError("--relay is required unless --no-relay is given")
+
+    def _check_limits(self) -> None:
+        """Ports, timeouts, sizes and modes: each value in its accepted range."""
         if not 0 < self.port < 65536:
             raise ValueError(f"--port must be in 1..65535, got {self.port}")
         if self.wan_bandwidth_mbps <= 0 or self.wan_rtt_ms < 0:
@@ -262,13 +271,6 @@ class RouterConfig:
                 f"{', '.join(MAIN_TRANSFER_STARTS)}, got "
                 f"{self.main_transfer_start!r}"
             )
-        for flag, value in (
-            ("--api-key", self.api_key),
-            ("--admin-api-key", self.admin_api_key),
-            ("--instance-api-key", self.instance_api_key),
-        ):
-            if value is not None and (not value or any(c.isspace() for c in value)):
-                raise ValueError(f"{flag} must be a non-empty key without spaces")
         if self.instance_check_interval_s < 0:
             raise ValueError(
                 f"--instance-check-interval-s must be >= 0 (0: off), got "
@@ -280,6 +282,16 @@ class RouterConfig:
             )
         if self.cache_block_tokens < 1:
             raise ValueError("--cache-block-tokens must be >= 1")
+
+    def _check_keys(self) -> None:
+        """API keys and the CURVE key pair (unreadable keys refused at start)."""
+        for flag, value in (
+            ("--api-key", self.api_key),
+            ("--admin-api-key", self.admin_api_key),
+            ("--instance-api-key", self.instance_api_key),
+        ):
+            if value is not None and (not value or any(c.isspace() for c in value)):
+                raise ValueError(f"{flag} must be a non-empty key without spaces")
         curve = (self.control_curve_secret, self.control_curve_server)
         if any(curve) and not all(curve):
             raise ValueError(
