@@ -65,7 +65,7 @@ CONTENDERS = (
     "pdd-overlap",
     "pdd-after-relay",
     "pdd-no-yield",
-    "pdd-burst-yield",
+    "pdd-yield-window",
 )
 _KV_LINE = re.compile(r"kv-transfer to=(\S+) bytes=(\d+) .*wan=True")
 
@@ -137,9 +137,9 @@ def start_testbed(group: ServerGroup, model: str, link: WanLinkConfig, args) -> 
         routers["pdd-no-yield"] = start_router(
             group, cluster, name="router-no-yield", prefill_backlog_limit_s=1e9
         ).url
-    if "pdd-burst-yield" in args.contenders:  # yields at the last look's queue, bursts included
-        routers["pdd-burst-yield"] = start_router(
-            group, cluster, name="router-burst-yield", prefill_backlog_window_s=0
+    if "pdd-yield-window" in args.contenders:  # yields only to a queue that stood for 2 s
+        routers["pdd-yield-window"] = start_router(
+            group, cluster, name="router-yield-window", prefill_backlog_window_s=2.0
         ).url
     return Testbed(cluster, via_wan, decode.url, routers, gateways)
 

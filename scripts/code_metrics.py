@@ -1,10 +1,12 @@
 """Counts a reader of the code cares about, for a checkout (default: this one).
 
     python scripts/code_metrics.py [ROOT]
+    python scripts/code_metrics.py --tree [ROOT]
 
 Prints the ``# fmt: skip`` count (the whole tree), functions over 60 lines in ``sglang_pdd/``
 and ``patches/``, and the import circles inside ``sglang_pdd`` (strongly connected groups of
-modules, imports inside functions included).
+modules, imports inside functions included). ``--tree``: the package's layout instead, one
+line per module (its lines and its docstring's first line).
 """
 
 from __future__ import annotations
@@ -87,5 +89,15 @@ def main(root: Path) -> None:
         print(f"  {' <-> '.join(group)}")
 
 
+def tree(root: Path) -> None:
+    for folder in ("sglang_pdd", "patches"):
+        for path in sorted((root / folder).rglob("*.py")):
+            text = path.read_text()
+            doc = (ast.get_docstring(ast.parse(text)) or "").strip().split("\n")[0]
+            print(f"{str(path.relative_to(root)):44} {len(text.splitlines()):4}  {doc[:90]}")
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1])
+    args = [a for a in sys.argv[1:] if a != "--tree"]
+    root = Path(args[0]) if args else Path(__file__).resolve().parents[1]
+    (tree if "--tree" in sys.argv[1:] else main)(root)

@@ -61,11 +61,10 @@ class PipelinePolicyConfig:
     prefill_backlog_limit_s: with ``relay_shares_prefill``, requests go P-MD while P has more
         than this many seconds of prefill queued (its /v1/loads' waiting uncached tokens over
         its measured prefill rate). Not applied with ``ttft_slo_s`` 0 (relay every request).
-    prefill_backlog_window_s: ... and has had more than that at every look for this long. A
-        relayed request's RLD phase starts only once P has prefilled it, after what is queued
-        ahead of it: it slows P only if more arrives behind it. A queue that has stood for a
-        while predicts that; a burst P is about to clear does not, and sending its requests
-        P-MD only makes them wait for their KV on the link. 0: the last look alone.
+    prefill_backlog_window_s: ... and has had more than that at every look for this long (0,
+        the default: the last look alone). Meant to tell a standing queue from a burst P is
+        about to clear (a relayed request decodes only after what is queued ahead of it); on
+        the testbed a 2 s window yielded less and did no better (docs/testbed.md).
     """
 
     ttft_slo_s: float | None = option(
@@ -102,7 +101,7 @@ class PipelinePolicyConfig:
         "of prefill queued (not with --ttft-slo-s 0)",
     )
     prefill_backlog_window_s: float = option(
-        2.0,
+        0.0,
         "with --relay-shares-prefill: ... and has had more than --prefill-backlog-limit-s "
         "queued at every look for this many seconds (a standing queue, not a burst); 0: the "
         "last look alone; at most 60",

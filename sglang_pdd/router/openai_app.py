@@ -7,6 +7,8 @@ index, and the usage (prompt once, all choices' completions) rides the last chun
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from aiohttp import web
 
 from sglang_pdd.router import openai_format as oai
@@ -39,7 +41,38 @@ async def serve_openai(request: web.Request, state: RouterState, kind: str):
     validate_openai(body, state.limits)
     if unsupported := unsupported_fields(body, OPENAI_FIELDS):
         raise oai.bad_request(unsupported_message(unsupported))
-    model = body.get("model") or state.model_info.get("model_path", "default")
+    ids, sampling, plan = _prompt_and_sampling(body, state, kind)
+    n = sample_count(body, "n")
+    extra = openai_logprobs.generate_fields(kind, body)
+    runs = start_runs(state, [SubRequest(ids, dict(sampling), dict(extra))] * n)
+    answer = _Answer(
+        kind=kind,
+        oid=("chatcmpl-" if kind == "chat" else "cmpl-") + runs[0].rid,
+        model=body.get("model") or state.model_info.get("model_path", "default"),
+        prompt_tokens=len(ids),
+        runs=runs,
+        plan=plan,
+        tokenizer=state.tokenizer,
+    )
+    merged = merged_events(runs)
+    if not body.get("stream"):
+        return await _whole(answer, state, merged)
+    first = await anext(merged)  # errors before the first token still get an HTTP status
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    try:
+        await _OpenAIStream(answer, resp).run(chain(first, merged))
+    except DISCONNECTED:
+        await abandon(state, merged)
+        raise
+    except UpstreamError as exc:
+        await end_with_error(resp, exc)
+    return resp
+
+
+def _prompt_and_sampling(body: dict, state: RouterState, kind: str):
+    """The prompt's ids, SGLang sampling params and the tool-call plan (chat only) of ``body``;
+    400 for what PDD cannot carry."""
     plan = None
     if kind == "chat":
         plan = tool_calls.plan_tools(body, state.config.tool_call_parser, state.tokenizer)
@@ -57,125 +90,132 @@ async def serve_openai(request: web.Request, state: RouterState, kind: str):
     ):
         names = {"sampling_seed": "seed"}  # back to the OpenAI names the client sent
         raise oai.bad_request(unsupported_message([names.get(n, n) for n in unsupported]))
-    n = sample_count(body, "n")
-    extra = openai_logprobs.generate_fields(kind, body)
-    runs = start_runs(state, [SubRequest(ids, dict(sampling), dict(extra))] * n)
-    oid = ("chatcmpl-" if kind == "chat" else "cmpl-") + runs[0].rid
-    build = openai_logprobs.chat_logprobs if kind == "chat" else openai_logprobs.completion_logprobs
+    return ids, sampling, plan
 
-    def logprobs_since(run, start: int) -> dict | None:
+
+@dataclass
+class _Answer:
+    """What every chunk or the whole answer of one OpenAI request needs."""
+
+    kind: str
+    oid: str
+    model: str
+    prompt_tokens: int
+    runs: list
+    plan: object  # tool_calls' plan, or None
+    tokenizer: object
+
+    def logprobs_since(self, run, start: int) -> dict | None:
         if not run.logprobs:
             return None
-        return build(run.token_logprobs[start:], run.top_logprobs[start:], state.tokenizer)
-
-    merged = merged_events(runs)
-    if not body.get("stream"):
-        try:
-            async for index, event in merged:
-                if isinstance(event, TokenDelta):
-                    runs[index].text.add(event.token_ids)
-        except DISCONNECTED:
-            await abandon(state, merged)
-            raise
-        choices = []
-        for j, run in enumerate(runs):
-            text, reason, calls = run.text.full(), run.finished.finish_reason, None
-            if plan is not None:
-                text, calls, reason = tool_calls.parse_answer(plan, text, reason, state.tokenizer)
-            choices.append(oai.choice(kind, j, text, reason, logprobs_since(run, 0), calls))
-        records = [run.finished.record.as_dict() for run in runs]
-        return web.json_response(
-            oai.response(
-                kind,
-                oid,
-                model,
-                choices,
-                len(ids),
-                sum(len(run.text.ids) for run in runs),
-                records[0] if n == 1 else records,
-            )
+        build = (
+            openai_logprobs.chat_logprobs
+            if self.kind == "chat"
+            else openai_logprobs.completion_logprobs
         )
-    first = await anext(merged)  # errors before the first token still get an HTTP status
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await resp.prepare(request)
-    sent_any = [False] * n
-    logprobs_sent = [0] * n  # logprobs ride the chunk that carries their text
-    finished = 0
-    # With a tool-call parser, each choice's text goes through it (router/tool_calls.py).
-    parsed = [None] * n
-    if plan is not None and plan.parser:
-        parsed = [tool_calls.ToolCallStream(plan, state.tokenizer) for _ in runs]
+        return build(run.token_logprobs[start:], run.top_logprobs[start:], self.tokenizer)
 
-    async def send_calls(index: int, calls: list[dict]) -> None:
-        for call in calls:
-            first_chunk = not sent_any[index]
-            await sse(
-                resp, oai.chunk(kind, oid, model, "", first=first_chunk, index=index, calls=[call])
-            )
-            sent_any[index] = True
+    def usage(self) -> dict:
+        return oai.usage(self.prompt_tokens, sum(len(r.text.ids) for r in self.runs))
 
+
+async def _whole(answer: _Answer, state: RouterState, merged) -> web.Response:
+    """The non-streamed answer: every choice once all runs ended."""
+    runs = answer.runs
     try:
-        async for index, event in chain(first, merged):
-            run = runs[index]
+        async for index, event in merged:
             if isinstance(event, TokenDelta):
-                delta = run.text.add(event.token_ids)
-                calls = []
-                if parsed[index] is not None and delta:
-                    delta, calls = parsed[index].feed(delta, final=False)
-                if delta:
-                    await sse(
-                        resp,
-                        oai.chunk(
-                            kind,
-                            oid,
-                            model,
-                            delta,
-                            first=not sent_any[index],
-                            logprobs=logprobs_since(run, logprobs_sent[index]),
-                            index=index,
-                        ),
-                    )
-                    sent_any[index], logprobs_sent[index] = True, len(run.token_logprobs)
-                await send_calls(index, calls)
-                continue
-            finished += 1
-            reason, tail = event.finish_reason, run.tail
-            if parsed[index] is not None:
-                aborted = (reason or {}).get("type") == "abort"
-                tail, calls = parsed[index].feed(tail, final=not aborted)
-                if tail:
-                    await sse(
-                        resp,
-                        oai.chunk(kind, oid, model, tail, first=not sent_any[index], index=index),
-                    )
-                    sent_any[index] = True
-                await send_calls(index, calls)
-                if (rest := parsed[index].unstreamed()) is not None:
-                    await send_calls(index, [rest])
-                tail, reason = "", parsed[index].finish_reason(reason)
-            use = None
-            if finished == n:
-                use = oai.usage(len(ids), sum(len(r.text.ids) for r in runs))
-            more = len(run.token_logprobs) > logprobs_sent[index]
-            lp = logprobs_since(run, logprobs_sent[index]) if more else None
-            await sse(
-                resp,
-                oai.chunk(
-                    kind,
-                    oid,
-                    model,
-                    tail,
-                    reason,
-                    first=not sent_any[index],
-                    usage_=use,
-                    logprobs=lp,
-                    index=index,
-                ),
-            )
-        await sse(resp, "[DONE]")
+                runs[index].text.add(event.token_ids)
     except DISCONNECTED:
         await abandon(state, merged)
         raise
-    except UpstreamError as exc:
-        await end_with_error(resp, exc)
-    return resp
+    choices = []
+    for j, run in enumerate(runs):
+        text, reason, calls = run.text.full(), run.finished.finish_reason, None
+        if answer.plan is not None:
+            text, calls, reason = tool_calls.parse_answer(
+                answer.plan, text, reason, answer.tokenizer
+            )
+        choices.append(
+            oai.choice(answer.kind, j, text, reason, answer.logprobs_since(run, 0), calls)
+        )
+    records = [run.finished.record.as_dict() for run in runs]
+    return web.json_response(
+        oai.response(
+            answer.kind,
+            answer.oid,
+            answer.model,
+            choices,
+            answer.prompt_tokens,
+            sum(len(run.text.ids) for run in runs),
+            records[0] if len(runs) == 1 else records,
+        )
+    )
+
+
+class _OpenAIStream:
+    """The streamed answer: one SSE chunk per delta of each choice, tool calls as the parser
+    finds them, the finish reason (and, on the last choice to end, the usage), then [DONE]."""
+
+    def __init__(self, answer: _Answer, resp: web.StreamResponse) -> None:
+        n = len(answer.runs)
+        self.answer, self.resp = answer, resp
+        self.sent_any = [False] * n
+        self.logprobs_sent = [0] * n  # logprobs ride the chunk that carries their text
+        self.finished = 0
+        # With a tool-call parser, each choice's text goes through it (router/tool_calls.py).
+        self.parsed = [None] * n
+        if answer.plan is not None and answer.plan.parser:
+            self.parsed = [
+                tool_calls.ToolCallStream(answer.plan, answer.tokenizer) for _ in range(n)
+            ]
+
+    async def run(self, events) -> None:
+        async for index, event in events:
+            if isinstance(event, TokenDelta):
+                await self._delta(index, event)
+            else:
+                await self._finish(index, event)
+        await sse(self.resp, "[DONE]")
+
+    async def _send(self, index: int, text: str, **fields) -> None:
+        a = self.answer
+        first = not self.sent_any[index]
+        await sse(
+            self.resp, oai.chunk(a.kind, a.oid, a.model, text, first=first, index=index, **fields)
+        )
+        self.sent_any[index] = True
+
+    async def _send_calls(self, index: int, calls: list[dict]) -> None:
+        for call in calls:
+            await self._send(index, "", calls=[call])
+
+    async def _delta(self, index: int, event: TokenDelta) -> None:
+        run = self.answer.runs[index]
+        delta = run.text.add(event.token_ids)
+        calls = []
+        if self.parsed[index] is not None and delta:
+            delta, calls = self.parsed[index].feed(delta, final=False)
+        if delta:
+            logprobs = self.answer.logprobs_since(run, self.logprobs_sent[index])
+            await self._send(index, delta, logprobs=logprobs)
+            self.logprobs_sent[index] = len(run.token_logprobs)
+        await self._send_calls(index, calls)
+
+    async def _finish(self, index: int, event) -> None:
+        run, parser = self.answer.runs[index], self.parsed[index]
+        self.finished += 1
+        reason, tail = event.finish_reason, run.tail
+        if parser is not None:
+            aborted = (reason or {}).get("type") == "abort"
+            tail, calls = parser.feed(tail, final=not aborted)
+            if tail:
+                await self._send(index, tail)
+            await self._send_calls(index, calls)
+            if (rest := parser.unstreamed()) is not None:
+                await self._send_calls(index, [rest])
+            tail, reason = "", parser.finish_reason(reason)
+        use = self.answer.usage() if self.finished == len(self.answer.runs) else None
+        more = len(run.token_logprobs) > self.logprobs_sent[index]
+        lp = self.answer.logprobs_since(run, self.logprobs_sent[index]) if more else None
+        await self._send(index, tail, reason=reason, usage_=use, logprobs=lp)

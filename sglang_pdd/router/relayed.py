@@ -155,11 +155,7 @@ class RelayedPipeline:
             # room 2 until room 1 is prefilled (patches/prefill_twin_hold.py), so its KV leaves
             # when the prefill ends, as a radix hit.
             prefill1.add_done_callback(lambda _t: self.site.transfers.restart_clock(main_rid))
-            prefill2 = self._spawn(self._prefill(self.ids.prefill_for_main, room2))
-            prefill2.add_done_callback(self._main_prefill_done)
-            main_q = self._stream_into_queue(
-                self.main.url, self._sub_body(main_rid, room2), parked=True
-            )
+            prefill2, main_q = self._start_main_side(main_rid, room2)
         else:
             gate = self._spawn(self._main_gate(prefill1, main_rid))
         config, sampling = self.router.config, self.body["sampling_params"]
@@ -175,30 +171,12 @@ class RelayedPipeline:
         )
         follow: FollowMain | None = None
         while follow is None:
-            waiters = {
-                asyncio.ensure_future(relay_q.get()): "relay",
-                asyncio.ensure_future(events.get()): "event",
-            }
-            if main_q is None:
-                waiters[asyncio.ensure_future(asyncio.shield(gate))] = "prefill"
-            elif core.reads_main:  # MD's answer to the final handoff, or its ids to compare
-                waiters[asyncio.ensure_future(main_q.get())] = "main"
-            done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-            for fut in pending:
-                fut.cancel()
             actions: list = []
-            # A fixed order, so that a relay chunk and an event that complete together are both
-            # consumed (a get() cancelled before completing leaves its item in the queue).
-            for fut in sorted(done, key=lambda f: _READ_ORDER.index(waiters[f])):
-                kind, value = waiters[fut], fut.result()
+            for kind, value in await _next_reads(relay_q, events, main_q, gate, core.reads_main):
                 if kind == "prefill":
                     # P's KV for room 1 is out; room 2 is now a radix hit on P (the gate
                     # registered its transfer).
-                    prefill2 = self._spawn(self._prefill(self.ids.prefill_for_main, room2))
-                    prefill2.add_done_callback(self._main_prefill_done)
-                    main_q = self._stream_into_queue(
-                        self.main.url, self._sub_body(main_rid, room2), parked=True
-                    )
+                    prefill2, main_q = self._start_main_side(main_rid, room2)
                     continue
                 actions += core.on(self._signal(kind, value, prefill1))
             if self.router.health.is_draining(self.main.url):
@@ -231,16 +209,7 @@ class RelayedPipeline:
                     yield self._finished(action.finish_reason)
                     return
                 elif isinstance(action, AbandonMain):
-                    logger.warning(
-                        "sglang-pdd router: %s: Main-Decode abandoned after the overlapped "
-                        "handoff (%s); Relay-Decode finishes",
-                        self.rid,
-                        action.reason,
-                    )
-                    self.record.main_refused = action.reason
-                    self.router.run_in_background(
-                        abort(self.router.session, self.main.url, main_rid)
-                    )
+                    self._abandon_main(main_rid, action.reason)
                 elif isinstance(action, FollowMain):
                     follow = action
                 elif isinstance(action, Fail):
@@ -261,6 +230,25 @@ class RelayedPipeline:
             early=follow.early,
         ):
             yield event
+
+    def _start_main_side(self, main_rid: str, room2: int):
+        """P's second send (room 2, to MD) and MD's parked sub-request: (P's task, MD's queue)."""
+        prefill2 = self._spawn(self._prefill(self.ids.prefill_for_main, room2))
+        prefill2.add_done_callback(self._main_prefill_done)
+        main_q = self._stream_into_queue(
+            self.main.url, self._sub_body(main_rid, room2), parked=True
+        )
+        return prefill2, main_q
+
+    def _abandon_main(self, main_rid: str, reason: str) -> None:
+        logger.warning(
+            "sglang-pdd router: %s: Main-Decode abandoned after the overlapped handoff (%s); "
+            "Relay-Decode finishes",
+            self.rid,
+            reason,
+        )
+        self.record.main_refused = reason
+        self.router.run_in_background(abort(self.router.session, self.main.url, main_rid))
 
     def _signal(self, kind: str, value, prefill1: asyncio.Task):
         """What one item read from RLD's stream, MD's stream or MD's events is, for the core."""
@@ -377,3 +365,25 @@ def take_ready_event(events: asyncio.Queue) -> Ready | None:
         if isinstance(event, Ready):
             ready = ready or event
     return ready
+
+
+async def _next_reads(relay_q, events, main_q, gate, reads_main: bool) -> list[tuple[str, object]]:
+    """Wait for the next of: RLD's stream, MD's events, and either P's first send (``gate``,
+    while MD's side has not started) or MD's stream (when the core reads it). Every read that
+    completed, as (kind, value), in ``_READ_ORDER``: a relay chunk and an event that complete
+    together are both consumed (a get() cancelled before completing leaves its item queued)."""
+    waiters = {
+        asyncio.ensure_future(relay_q.get()): "relay",
+        asyncio.ensure_future(events.get()): "event",
+    }
+    if main_q is None:
+        waiters[asyncio.ensure_future(asyncio.shield(gate))] = "prefill"
+    elif reads_main:  # MD's answer to the final handoff, or its ids to compare
+        waiters[asyncio.ensure_future(main_q.get())] = "main"
+    done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    for fut in pending:
+        fut.cancel()
+    return [
+        (waiters[fut], fut.result())
+        for fut in sorted(done, key=lambda f: _READ_ORDER.index(waiters[f]))
+    ]
