@@ -78,15 +78,19 @@ def generate(
     return GenerateResult(200, final, chunks, ttft, time.monotonic() - start, times)
 
 
-def generate_all(url: str, bodies: list[dict], timeout: float = 600) -> list[GenerateResult]:
-    """``generate`` for every body at once (non-streaming), answers in the bodies' order: a
-    co-located reference server batches them, so N references cost about one."""
+def generate_all(
+    url: str, bodies: list[dict], timeout: float = 600, stream: bool = False
+) -> list[GenerateResult]:
+    """``generate`` for every body at once, answers in the bodies' order: a server batches
+    them, so N answers cost about one."""
     from concurrent.futures import ThreadPoolExecutor
 
     if not bodies:
         return []
     with ThreadPoolExecutor(min(len(bodies), 32)) as pool:
-        return list(pool.map(lambda body: generate(url, body, timeout=timeout), bodies))
+        return list(
+            pool.map(lambda body: generate(url, body, stream=stream, timeout=timeout), bodies)
+        )
 
 
 def pd_generate(

@@ -84,11 +84,13 @@ def _assert_accounted(record: dict, client_e2e_s: float) -> None:
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
 def test_one_shot_matches_colocated(pdd_cluster, colocated, stream):
     """20 prompts through the default router, wherever their handoffs fall on this machine:
-    half of them streamed, half not (each half has short answers and long ones)."""
+    half of them streamed, half not (each half has short answers and long ones), each half
+    sent at once (the cluster batches them, as under load)."""
     cases = _cases()[int(stream) :: 2]
-    references = generate_all(colocated.url, [_body(prompt, budget) for prompt, budget in cases])
-    for (prompt, budget), expected in zip(cases, references, strict=True):
-        got = generate(pdd_cluster.router_url, _body(prompt, budget), stream=stream)
+    bodies = [_body(prompt, budget) for prompt, budget in cases]
+    references = generate_all(colocated.url, bodies)
+    answers = generate_all(pdd_cluster.router_url, bodies, stream=stream)
+    for got, expected in zip(answers, references, strict=True):
         assert got.status == 200, got.body
         assert got.output_ids == expected.output_ids
         record = got.body["meta_info"]["pdd"]
@@ -269,10 +271,9 @@ def test_handoff_after_one_token_through_the_router(held_router, held_links, col
 
 
 def test_p_md_pipeline_matches_colocated(main_only_router, colocated):
-    cases = _cases()[:6]
-    references = generate_all(colocated.url, [_body(prompt, budget) for prompt, budget in cases])
-    for (prompt, budget), expected in zip(cases, references, strict=True):
-        got = generate(main_only_router.url, _body(prompt, budget))
+    bodies = [_body(prompt, budget) for prompt, budget in _cases()[:6]]
+    references = generate_all(colocated.url, bodies)
+    for got, expected in zip(generate_all(main_only_router.url, bodies), references, strict=True):
         assert got.output_ids == expected.output_ids
         record = got.body["meta_info"]["pdd"]
         assert record["pipeline"] == "P-MD" and record["relay_tokens"] == 0

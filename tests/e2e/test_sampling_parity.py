@@ -9,7 +9,7 @@ import json
 import pytest
 import requests
 
-from sglang_pdd.testbed.client import generate, wait_router_settled
+from sglang_pdd.testbed.client import generate, generate_all, wait_router_settled
 from sglang_pdd.testbed.held_links import generate_with_handoff_at
 from tests.e2e.prompts import varied_prompts
 
@@ -72,37 +72,41 @@ def test_sampling_state_carried_across_one_shot_handoffs(
 ):
     """24 requests: each option on 4 prompts, handoffs after 1 to 16 ids, streamed or not."""
     bites = {name: 0 for name in CASES}
-    for i, prompt in enumerate(varied_prompts(4, seed=29)):
-        plain = generate(colocated.url, _greedy(prompt)).output_ids
+    prompts = varied_prompts(4, seed=29)
+    plains = [r.output_ids for r in generate_all(colocated.url, [_greedy(p) for p in prompts])]
+    cases = []  # (name, handoff point, streamed, body, the plain answer): references in one batch
+    for i, (prompt, plain) in enumerate(zip(prompts, plains, strict=True)):
         for j, name in enumerate(CASES):
             at = HANDOFF_POINTS[(i + j) % len(HANDOFF_POINTS)]
             if name == "stop_straddle":  # past RLD's first chunks, which may merge many ids
                 at = max(at, 16)
             body = _case(name, prompt, plain, at, tokenizer)
-            expected = generate(colocated.url, body)
-            assert expected.status == 200, expected.body
-            bites[name] += expected.output_ids != plain
-            got = generate_with_handoff_at(
-                held_router.url,
-                held_links,
-                body,
-                stream=(i + j) % 2 == 1,
-                relay_tokens=at,
-                may_end_on_relay=name == "stop_straddle",
-            )
-            assert got.status == 200, got.body
-            record = got.body["meta_info"]["pdd"]
-            if record["finished_on"] == "main":
-                assert record["handoff_tokens"] >= at, record
-            else:
-                # SGLang holds back streamed output while its tail matches the start of a stop
-                # string, so the router never sees (nor hands off) ids inside a stop string: a
-                # stop string that starts before the handoff point ends the request on RLD.
-                assert name == "stop_straddle", record
-            assert got.output_ids == expected.output_ids, (name, at, record)
-            assert got.body["text"] == expected.body["text"], (name, at)
-            reason = got.body["meta_info"]["finish_reason"]
-            assert reason == expected.body["meta_info"]["finish_reason"], (name, reason)
+            cases.append((name, at, (i + j) % 2 == 1, body, plain))
+    references = generate_all(colocated.url, [case[3] for case in cases])
+    for (name, at, stream, body, plain), expected in zip(cases, references, strict=True):
+        assert expected.status == 200, expected.body
+        bites[name] += expected.output_ids != plain
+        got = generate_with_handoff_at(
+            held_router.url,
+            held_links,
+            body,
+            stream=stream,
+            relay_tokens=at,
+            may_end_on_relay=name == "stop_straddle",
+        )
+        assert got.status == 200, got.body
+        record = got.body["meta_info"]["pdd"]
+        if record["finished_on"] == "main":
+            assert record["handoff_tokens"] >= at, record
+        else:
+            # SGLang holds back streamed output while its tail matches the start of a stop
+            # string, so the router never sees (nor hands off) ids inside a stop string: a
+            # stop string that starts before the handoff point ends the request on RLD.
+            assert name == "stop_straddle", record
+        assert got.output_ids == expected.output_ids, (name, at, record)
+        assert got.body["text"] == expected.body["text"], (name, at)
+        reason = got.body["meta_info"]["finish_reason"]
+        assert reason == expected.body["meta_info"]["finish_reason"], (name, reason)
     # Every option changed the answer somewhere: the parity above is not parity by default.
     assert all(bites.values()), bites
     wait_router_settled(held_router.url)

@@ -6,6 +6,7 @@ P-RLD-MD), the answer parsed into the same ``tool_calls``."""
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -91,10 +92,10 @@ def _answer(resp: requests.Response):
     ids=["required", "named", "auto"],
 )
 def test_tool_calls_match_colocated(pdd_cluster, colocated, tool_choice):
-    forced, handed_off = 0, 0
-    # Prompts whose call ends within max_tokens (most pad it with whitespace past 400 ids).
-    for prompt in ("weather please", "clock"):
-        body = {
+    """Two prompts, each asked of PDD and of the co-located server, streamed and not: all eight
+    at once (each server batches its four, grammars and all)."""
+    bodies = [
+        {
             "messages": [{"role": "user", "content": prompt}],
             "tools": [CITY, CLOCK],
             "tool_choice": tool_choice,
@@ -102,12 +103,25 @@ def test_tool_calls_match_colocated(pdd_cluster, colocated, tool_choice):
             "max_tokens": 400,
             "temperature": 0,
         }
-        got = _chat(pdd_cluster.router_url, body)
-        ours, theirs = _answer(got), _answer(_chat(colocated.url, body))
-        assert ours == theirs
-        ours, theirs = _streamed(pdd_cluster.router_url, body), _streamed(colocated.url, body)
-        assert ours == theirs
-        forced += bool(theirs[1])
+        # Prompts whose call ends within max_tokens (most pad it with whitespace past 400 ids).
+        for prompt in ("weather please", "clock")
+    ]
+    with ThreadPoolExecutor(4 * len(bodies)) as pool:
+        asked = [
+            [
+                pool.submit(_chat, pdd_cluster.router_url, body),
+                pool.submit(_chat, colocated.url, body),
+                pool.submit(_streamed, pdd_cluster.router_url, body),
+                pool.submit(_streamed, colocated.url, body),
+            ]
+            for body in bodies
+        ]
+        answers = [[future.result() for future in futures] for futures in asked]
+    forced, handed_off = 0, 0
+    for got, plain, streamed, plain_streamed in answers:
+        assert _answer(got) == _answer(plain)
+        assert streamed == plain_streamed
+        forced += bool(plain_streamed[1])
         record = got.json()["pdd"]
         handed_off += record["relay_tokens"] > 0 and record["finished_on"] == "main"
     assert handed_off >= 1  # the grammar crossed a handoff
