@@ -42,20 +42,24 @@ def tiny_model(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def sglang_process_report() -> list[str]:
-    """One fresh SGLang process, as a server's scheduler would be (``SGLANG_USE_CPU_ENGINE``):
-    it loads the plugins twice (registering is idempotent), then checks the SGLang surface with
-    every hook applied. Its stdout lines: the number of hooks applied, then the surface check's
-    problems or ``SURFACE-HOLDS``. One process for both checks: each SGLang import costs ~15 s.
-    """
-    if not sglang_installed():
-        pytest.skip("needs the pinned SGLang installed")
+def sglang_process_report(tiny_model) -> dict:
+    """One fresh SGLang process, as ``sglang.launch_server`` and a server's scheduler would be
+    (``SGLANG_USE_CPU_ENGINE``). It loads the plugins twice (registering is idempotent), checks
+    the SGLang surface with every hook applied, then parses two command lines with the parser
+    ``launch_server`` uses right after ``load_plugins()`` (``prepare_server_args``): ``--help``
+    and contradictory PDD flags. One process for all: each SGLang import costs ~15 s.
+
+    Returns: ``hooks`` (how many applied), ``surface`` (the check's problems), ``help_exit``
+    and ``help`` (the exit code and the text of ``--help``), ``refusal`` (the contradictory
+    flags' error, ``None`` if they were accepted)."""
+    import json
     import subprocess
     import sys
     import textwrap
 
     code = textwrap.dedent(
         """
+        import contextlib, io, json, sys
         from sglang.srt.plugins import load_plugins
         from sglang_pdd import plugin
         load_plugins()
@@ -63,21 +67,34 @@ def sglang_process_report() -> list[str]:
         plugin.register()
         load_plugins()
         assert plugin.applied_targets() == first, (first, plugin.applied_targets())
-        print(len(first))
         from sglang_pdd.sglang_surface import check_surface
-        problems = check_surface()
-        print("\\n".join(problems) if problems else "SURFACE-HOLDS")
+        report = {"hooks": len(first), "surface": check_surface()}
+        from sglang.srt.server_args import prepare_server_args
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):
+            try:
+                prepare_server_args(["--help"])
+            except SystemExit as exit:
+                report["help_exit"] = exit.code
+        report["help"] = text.getvalue()
+        contradictory = ["--model-path", sys.argv[1], "--pdd-role", "relay"]
+        try:
+            prepare_server_args(contradictory + ["--disaggregation-mode", "prefill"])
+            report["refusal"] = None
+        except (ValueError, SystemExit) as refused:
+            report["refusal"] = str(refused)
+        print(json.dumps(report))
         """
     )
     result = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", code, str(tiny_model)],
         env={**os.environ, "SGLANG_USE_CPU_ENGINE": "1"},
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout.strip().splitlines()
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -54,7 +54,19 @@ def _run(code: str) -> subprocess.CompletedProcess:
 
 def test_register_is_idempotent_and_verifies_every_hook(sglang_process_report):
     # load_plugins, register and load_plugins again in one process apply every hook once.
-    assert int(sglang_process_report[0]) == len(PATCH_MODULES)
+    assert sglang_process_report["hooks"] == len(PATCH_MODULES)
+
+
+def test_contradictory_flags_are_refused(sglang_process_report):
+    # launch_server's own parsing, after load_plugins, refuses them by name.
+    refusal = sglang_process_report["refusal"]
+    assert refusal is not None and "--pdd-role relay needs --disaggregation-mode decode" in refusal
+
+
+def test_flags_are_in_launch_server_help(sglang_process_report):
+    assert sglang_process_report["help_exit"] == 0
+    for flag in ("--pdd-role", "--pdd-wan-hosts", "--pdd-control-port", "--pdd-control-host"):
+        assert flag in sglang_process_report["help"], flag
 
 
 def test_a_hook_that_does_not_take_stops_the_process():

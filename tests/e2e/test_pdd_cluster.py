@@ -5,8 +5,6 @@ from __future__ import annotations
 import http.client
 import json
 import random
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -663,42 +661,6 @@ def test_handoff_of_a_single_token_through_the_control_socket(pdd_cluster, coloc
         assert out["r"].output_ids == expected
     finally:
         sock.close()
-
-
-@pytest.fixture(scope="module")
-def launch_server_runs(tiny_model):
-    """Two fresh ``sglang.launch_server`` processes run side by side (each spends ~10 s of one
-    core importing SGLang): one with contradictory PDD flags, one with ``--help``."""
-    env = {**__import__("os").environ, "SGLANG_USE_CPU_ENGINE": "1"}
-    launch = [sys.executable, "-m", "sglang.launch_server"]
-    contradictory = [
-        *("--model-path", str(tiny_model)),
-        *("--pdd-role", "relay", "--disaggregation-mode", "prefill"),
-    ]
-    procs = {
-        name: subprocess.Popen(
-            launch + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-        )
-        for name, args in (("contradictory", contradictory), ("help", ["--help"]))
-    }
-    runs = {}
-    for name, proc in procs.items():
-        stdout, stderr = proc.communicate(timeout=300)
-        runs[name] = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
-    return runs
-
-
-def test_contradictory_flags_are_refused(launch_server_runs):
-    result = launch_server_runs["contradictory"]
-    assert result.returncode != 0
-    assert "--pdd-role relay needs --disaggregation-mode decode" in result.stderr
-
-
-def test_flags_are_in_launch_server_help(launch_server_runs):
-    result = launch_server_runs["help"]
-    assert result.returncode == 0, result.stderr[-2000:]
-    for flag in ("--pdd-role", "--pdd-wan-hosts", "--pdd-control-port", "--pdd-control-host"):
-        assert flag in result.stdout
 
 
 def test_router_api_key(server_group, pdd_cluster, colocated):
