@@ -20,8 +20,12 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sglang_pdd.testbed.ports import SPACING, free_port
+
+if TYPE_CHECKING:
+    from sglang_pdd.testbed.warm_start import WarmProcess
 
 ROLES = ("colocated", "prefill", "decode")
 
@@ -100,7 +104,7 @@ class ServerProcess:
     spec: ServerSpec | None
     port: int
     log_path: Path
-    proc: subprocess.Popen
+    proc: subprocess.Popen | WarmProcess  # WarmProcess: forked by a warm launcher
     bootstrap_port: int | None = None
     host: str = "127.0.0.1"
     name: str = ""
@@ -256,12 +260,45 @@ def server_env(spec: ServerSpec, mooncake_port: int) -> dict[str, str]:
     return env
 
 
+# What may differ between a warm launcher's environment and a server's: each server's own
+# Mooncake ports (read when its engine starts) and the test pytest is in (read by nothing).
+_OWN_PORTS = ("MC_MIN_PRC_PORT", "MC_MAX_PRC_PORT")
+_UNREAD = ("PYTEST_CURRENT_TEST",)
+
+
+def warm_env() -> dict[str, str]:
+    """The environment of a warm launcher: an unpinned CPU server's (``server_env``) without
+    the Mooncake ports each server gets for itself."""
+    probe = ServerSpec("warm-launcher", model_path="")
+    env = server_env(probe, 0)
+    for key in _OWN_PORTS + _UNREAD:
+        env.pop(key, None)
+    return env
+
+
+def _starts_warm(spec: ServerSpec, cmd: list[str]) -> bool:
+    """Whether ``spec`` may fork from the warm launcher (``WarmLauncher.fork_env`` then checks
+    its environment): not pinned to cores (that sets torch's threads at import), its
+    subprocesses forked (a spawned start is what a test of spawning wants)."""
+    return spec.fork_subprocesses and cmd[:3] == [sys.executable, "-m", "sglang.launch_server"]
+
+
 @dataclass
 class ServerGroup:
     """Servers launched together and torn down together (a context manager)."""
 
     log_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="sglang-pdd-")))
     servers: list[ServerProcess] = field(default_factory=list)
+    # Fork the servers that can from one process that imported SGLang once (``warm_start.py``):
+    # a test session's servers then start without ~12 s of import each. Off for benchmarks.
+    warm_start: bool = False
+
+    def __post_init__(self) -> None:
+        self._warm = None
+        if self.warm_start:
+            from sglang_pdd.testbed.warm_start import WarmLauncher
+
+            self._warm = WarmLauncher(warm_env(), self.log_dir / "warm-launcher.log")
 
     def _claim_name(self, name: str) -> None:
         """Names are unique among running servers: logs and ``stop_named`` go by name."""
@@ -283,9 +320,15 @@ class ServerGroup:
         env = server_env(spec, free_port())
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{spec.name}.log"
+        cmd = build_command(spec, port, free_port(), bootstrap_port)
+        if self._warm is not None and _starts_warm(spec, cmd):
+            fork_env = self._warm.fork_env(env, ignore=_OWN_PORTS + _UNREAD)
+            if fork_env is not None:
+                proc = self._warm.spawn(cmd, fork_env, log_path, append=log_mode == "ab")
+                return ServerProcess(spec, port, log_path, proc, bootstrap_port)
         with open(log_path, log_mode) as log:
             proc = subprocess.Popen(
-                build_command(spec, port, free_port(), bootstrap_port),
+                cmd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
@@ -363,9 +406,11 @@ class ServerGroup:
         return launched
 
     def stop(self) -> None:
-        """Stop every server, in reverse order of launch."""
+        """Stop every server, in reverse order of launch (then the warm launcher, if any)."""
         for server in reversed(self.servers):
             server.stop()
+        if self._warm is not None:
+            self._warm.close()
 
     def stop_named(self, *names: str) -> None:
         """Stop the servers called ``names`` (a fixture's own, when the module using them ends,

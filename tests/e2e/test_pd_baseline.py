@@ -33,6 +33,10 @@ def test_plugin_hooks_ran_in_scheduler_subprocess(pd_servers):
         assert "cpu_kernel_standin=True" in lines[0]
         assert "MooncakeKVSender.__init__" in lines[0]
     assert not all(server.spec.fork_subprocesses for server in pd_servers)  # one spawned, at least
+    # The session's servers fork from the warm launcher where they can (the co-located one and
+    # P); the spawned decode starts cold, as on a GPU, and ran the plugin all the same.
+    kinds = {server.spec.name: type(server.proc).__name__ for server in pd_servers}
+    assert kinds == {"colocated": "WarmProcess", "pd-prefill": "WarmProcess", "pd-decode": "Popen"}
 
 
 def test_prompts_are_long_enough_for_chunked_prefill(pd_servers, tiny_model):

@@ -125,3 +125,31 @@ def test_tensor_parallel_ranks_share_the_datacenters_cores():
     assert cpu_rank_binding("1", 2) == "1|1"  # fewer cores than ranks: all of them each
     assert cpu_rank_binding("0,2,4", 2) == "0|2"
     assert cpu_rank_binding("", 1).count("|") == 0
+
+
+def test_only_servers_whose_import_would_match_the_warm_launchers_start_warm():
+    """A server forks from the warm launcher only when SGLang's import would see what the
+    launcher's saw: the same environment but for its own Mooncake ports, no core pinning (torch
+    sets its threads at import), its subprocesses forked. What the import itself set in the
+    launcher, the fork gets too."""
+    from sglang_pdd.testbed.launcher import _OWN_PORTS, _UNREAD, _starts_warm, warm_env
+    from sglang_pdd.testbed.warm_start import fork_environment
+
+    launcher_env = warm_env()
+    imported = {**launcher_env, "TRITON_CACHE_DIR": "/cache/triton"}  # set by SGLang's import
+
+    def fork_env(**fields):
+        spec = ServerSpec("s", model_path="/m", **fields)
+        if not _starts_warm(spec, build_command(spec, free_port(), free_port(), None)):
+            return None
+        env = {**server_env(spec, free_port()), "PYTEST_CURRENT_TEST": "this one"}
+        return fork_environment(env, launcher_env, imported, _OWN_PORTS + _UNREAD)
+
+    env = fork_env()
+    assert env is not None and env["TRITON_CACHE_DIR"] == "/cache/triton"
+    assert env["MC_MIN_PRC_PORT"] != launcher_env.get("MC_MIN_PRC_PORT")  # its own ports
+    assert fork_env(role="decode", extra_args=("--pdd-role", "main")) is not None
+    assert fork_env(cpus="0-1") is None
+    assert fork_env(env=(("SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION", "64"),)) is None
+    assert fork_env(fork_subprocesses=False) is None
+    assert fork_env(cpu=False) is None
