@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from tqdm import tqdm
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sglang_pdd.sim.capacity import max_sustainable_load  # noqa: E402
@@ -103,8 +105,18 @@ def main(argv: list[str] | None = None) -> int:
         cfg = dataclasses.replace(BRIEF_WORKLOAD, duration_s=args.duration, sessions_per_s=rate)
         return generate_agentic(cfg, seed=args.seed)
 
+    # One tick per capacity search, plan search or simulated run (steps 1-4 below).
+    bar = tqdm(total=6 + 2 + 2 + 2 * len(LINK_SWEEP_GBPS), desc="simulations", unit="job")
+
     def capacity(spec):
-        return max_sustainable_load(spec, base, workload_at, LOW, HIGH, 0.9, iters)
+        found = max_sustainable_load(spec, base, workload_at, LOW, HIGH, 0.9, iters)
+        bar.update()
+        return found
+
+    def run(spec):
+        summary = run_contender(spec, base, requests)[0].summary
+        bar.update()
+        return summary
 
     # Step 1: the brief's hardware.
     splits = {}
@@ -116,10 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         splits[prefill] = (spec, capacity(spec))
         cap = splits[prefill][1]
-        print(
+        tqdm.write(
             f"[1] same-DC 88 A, P={prefill}x8 D={11 - prefill}x8: {cap.load:.2f} sessions/s "
-            f"({cap.goodput_rps:.1f} rps in SLA)",
-            flush=True,
+            f"({cap.goodput_rps:.1f} rps in SLA)"
         )
     brief_same, same_cap = max(splits.values(), key=lambda sc: sc[1].load)
     brief_pdd = dataclasses.replace(
@@ -129,10 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         decode=PoolSpec("B", 4, 8),
     )
     pdd_cap = capacity(brief_pdd)
-    print(
+    tqdm.write(
         f"[1] PDD 40 A + 4 A RLD + 32 B: {pdd_cap.load:.2f} sessions/s "
-        f"({pdd_cap.goodput_rps:.1f} rps in SLA)",
-        flush=True,
+        f"({pdd_cap.goodput_rps:.1f} rps in SLA)"
     )
     cost_same = base.cost_per_hour(brief_same)
     cost_pdd = base.cost_per_hour(brief_pdd)
@@ -147,13 +157,15 @@ def main(argv: list[str] | None = None) -> int:
     planner = Planner(base, requests, 0.9, bounds)
     links = PLAN_LINKS_GBPS[-1:] if args.quick else PLAN_LINKS_GBPS
     best_pdd = plan_best(planner, pdd_templates(by_kind["pdd"], ["A"], ["B"]), links)
-    print(f"[2] best PDD plan: {best_pdd.describe()}", flush=True)
+    bar.update()
+    tqdm.write(f"[2] best PDD plan: {best_pdd.describe()}")
     best_same = plan_best(planner, same_dc_templates(by_kind["same-dc"], ["A", "B"]), [100.0])
-    print(
-        f"[2] best same-DC plan: {best_same.describe()} ({planner.evaluated} plans simulated)",
-        flush=True,
+    bar.update()
+    tqdm.write(
+        f"[2] best same-DC plan: {best_same.describe()} ({planner.evaluated} plans simulated)"
     )
     if best_pdd.spec is None or best_same.spec is None:
+        bar.close()
         print("no feasible plan; widen the bounds")
         return 1
 
@@ -163,20 +175,19 @@ def main(argv: list[str] | None = None) -> int:
     nocache_spec = dataclasses.replace(cross_spec, name="cross-dc-pd-nocache", decode_cache=False)
     runs = {"same-dc-pd": best_same.result.summary, "pdd": best_pdd.result.summary}
     for spec in (cross_spec, nocache_spec):
-        runs[spec.name] = run_contender(spec, base, requests)[0].summary
+        runs[spec.name] = run(spec)
     same, pdd = runs["same-dc-pd"], runs["pdd"]
 
     # Step 4: TTFT vs WAN capacity.
     sweep = {}
     for gbps in LINK_SWEEP_GBPS:
         sweep[gbps] = {
-            spec.kind: run_contender(
-                dataclasses.replace(spec, wan=dataclasses.replace(spec.wan, bandwidth_gbps=gbps)),
-                base,
-                requests,
-            )[0].summary
+            spec.kind: run(
+                dataclasses.replace(spec, wan=dataclasses.replace(spec.wan, bandwidth_gbps=gbps))
+            )
             for spec in (cross_spec, pdd_spec)
         }
+    bar.close()
 
     print()
     print(

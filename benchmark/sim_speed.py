@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from tqdm import tqdm
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sglang_pdd.sim.defaults import default_sim_config  # noqa: E402
@@ -37,15 +39,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"trace: {len(requests)} requests over {span / 3600:.2f} h (loaded in {load_s:.1f} s)")
     cfg = default_sim_config()
     total = 0.0
-    for spec in cfg.contenders:
-        if args.contender and spec.name not in args.contender:
-            continue
+    specs = [s for s in cfg.contenders if not args.contender or s.name in args.contender]
+    for spec in tqdm(specs, desc="contenders", unit="run"):
         t = time.perf_counter()
         result, records = run_contender(spec, cfg, requests)
         wall = time.perf_counter() - t
         total += wall
         done = sum(r.completions for r in records)
-        print(
+        tqdm.write(
             f"{spec.name:<12} {wall:6.1f} s wall  ({len(requests) / wall:,.0f} requests/s, "
             f"{done} completed, TTFT p99 {result.summary['ttft_s']['p99']:.2f} s)"
         )
