@@ -30,8 +30,8 @@ from sglang_pdd.router.streaming import (
     DISCONNECTED,
     abandon,
     chain,
-    end_with_error,
     json_body,
+    send_stream,
     sse,
     start_runs,
 )
@@ -76,16 +76,13 @@ async def generate(request: web.Request) -> web.StreamResponse:
     first = await anext(events)  # errors before the first token still get an HTTP status
     await resp.prepare(request)
     incremental = state.config.incremental_streaming_output
-    try:
+
+    async def send(events) -> None:
         async for event in chain(first, events):
             await sse(resp, _generate_chunk(run, event, incremental))
         await sse(resp, "[DONE]")
-    except DISCONNECTED:
-        await abandon(state, events)
-        raise
-    except UpstreamError as exc:
-        await end_with_error(resp, exc)
-    return resp
+
+    return await send_stream(state, resp, events, send)
 
 
 def _generate_answer(run: ClientRun) -> dict:
@@ -131,16 +128,13 @@ async def _generate_many(
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
     incremental = state.config.incremental_streaming_output
-    try:
+
+    async def send(merged) -> None:
         async for index, event in merged:
             await sse(resp, {**_generate_chunk(runs[index], event, incremental), "index": index})
         await sse(resp, "[DONE]")
-    except DISCONNECTED:
-        await abandon(state, merged)
-        raise
-    except UpstreamError as exc:
-        await end_with_error(resp, exc)
-    return resp
+
+    return await send_stream(state, resp, merged, send)
 
 
 async def _openai(request: web.Request, kind: str) -> web.StreamResponse:

@@ -27,12 +27,11 @@ from sglang_pdd.router.streaming import (
     DISCONNECTED,
     abandon,
     chain,
-    end_with_error,
     json_body,
+    send_stream,
     sse,
     start_runs,
 )
-from sglang_pdd.router.upstream import UpstreamError
 
 
 async def serve_openai(request: web.Request, state: RouterState, kind: str):
@@ -60,14 +59,10 @@ async def serve_openai(request: web.Request, state: RouterState, kind: str):
     first = await anext(merged)  # errors before the first token still get an HTTP status
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
-    try:
-        await _OpenAIStream(answer, resp).run(chain(first, merged))
-    except DISCONNECTED:
-        await abandon(state, merged)
-        raise
-    except UpstreamError as exc:
-        await end_with_error(resp, exc)
-    return resp
+    openai_stream = _OpenAIStream(answer, resp)
+    return await send_stream(
+        state, resp, merged, lambda events: openai_stream.run(chain(first, events))
+    )
 
 
 def _prompt_and_sampling(body: dict, state: RouterState, kind: str):

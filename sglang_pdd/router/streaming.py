@@ -80,6 +80,20 @@ async def abandon(state: RouterState, events) -> None:
     await asyncio.shield(state.run_in_background(close()))
 
 
+async def send_stream(state: RouterState, resp: web.StreamResponse, events, send):
+    """Stream a request's ``events`` into the prepared ``resp`` with ``send(events)``: a client
+    that leaves abandons the request everywhere (``abandon``); an upstream error ends the
+    stream with SGLang's error chunk (``end_with_error``). Returns ``resp``."""
+    try:
+        await send(events)
+    except DISCONNECTED:
+        await abandon(state, events)
+        raise
+    except UpstreamError as exc:
+        await end_with_error(resp, exc)
+    return resp
+
+
 async def end_with_error(resp: web.StreamResponse, exc: UpstreamError) -> None:
     """The status line is gone: like SGLang, the error travels as the stream's last chunk."""
     await sse(resp, exc.body if "error" in exc.body else {"error": exc.body})

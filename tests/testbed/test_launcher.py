@@ -136,7 +136,9 @@ def test_only_servers_whose_import_would_match_the_warm_launchers_start_warm():
     from sglang_pdd.testbed.warm_start import fork_environment
 
     launcher_env = warm_env()
-    imported = {**launcher_env, "TRITON_CACHE_DIR": "/cache/triton"}  # set by SGLang's import
+    # A variable SGLang's import set in the launcher (as it sets TRITON_CACHE_DIR), named so
+    # that no earlier import in this process set it already.
+    imported = {**launcher_env, "SGLANG_PDD_TEST_SET_AT_IMPORT": "/cache"}
 
     def fork_env(**fields):
         spec = ServerSpec("s", model_path="/m", **fields)
@@ -146,7 +148,7 @@ def test_only_servers_whose_import_would_match_the_warm_launchers_start_warm():
         return fork_environment(env, launcher_env, imported, _OWN_PORTS + _UNREAD)
 
     env = fork_env()
-    assert env is not None and env["TRITON_CACHE_DIR"] == "/cache/triton"
+    assert env is not None and env["SGLANG_PDD_TEST_SET_AT_IMPORT"] == "/cache"
     assert env["MC_MIN_PRC_PORT"] != launcher_env.get("MC_MIN_PRC_PORT")  # its own ports
     assert fork_env(role="decode", extra_args=("--pdd-role", "main")) is not None
     assert fork_env(cpus="0-1") is None
