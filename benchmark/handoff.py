@@ -48,22 +48,71 @@ class Case:
     handoff_bytes: int
     kv_bytes: int
     kv_send_s: float
+    # Per stall: MD's side of it (``main_waited_s``, ``main_extend_s`` of the record) and MD's
+    # ITL after it (``main_itl_s``); the link's round trip.
+    waits_s: list
+    extends_s: list
+    main_itls_s: list
+    rtt_s: float
+
+    def bounds_s(self) -> list:
+        """The goal's bound on each stall: RTT + that handoff's extend + one of MD's ITL."""
+        return [
+            None if extend is None or itl is None else self.rtt_s + extend + itl
+            for extend, itl in zip(self.extends_s, self.main_itls_s, strict=True)
+        ]
+
+    def within(self) -> int:
+        """How many stalls kept within their bound."""
+        pairs = zip(self.stalls_s, self.bounds_s(), strict=True)
+        return sum(bound is not None and stall <= bound for stall, bound in pairs)
 
     def row(self) -> str:
         mean = statistics.fmean(self.stalls_s) if self.stalls_s else float("nan")
         p99 = _pct(self.stalls_s, 0.99)
         worst = max(self.stalls_s) / mean if self.stalls_s and mean > 0 else float("nan")
+        bounds = [b for b in self.bounds_s() if b is not None]
         return (
             f"{self.mode:9} {self.load:5} {self.context:7} {self.handed:6} "
             f"{len(self.stalls_s):3} {mean * 1e3:9.1f} {p99 * 1e3:8.1f} {worst:7.2f} "
+            f"{_mean_ms(self.waits_s):8.1f} {_mean_ms(self.extends_s):9.1f} "
+            f"{_mean_ms(bounds):8.1f} {self.within():>2}/{len(self.stalls_s):<2} "
             f"{self.kv_send_s * 1e3:10.1f} {self.handoff_bytes:9} {self.kv_bytes:10}"
         )
 
 
 HEADER = (
     f"{'mode':9} {'MD':5} {'context':>7} {'handed':>6} {'n':>3} {'stall ms':>9} "
-    f"{'p99 ms':>8} {'max/mn':>7} {'KV-send ms':>10} {'ids B':>9} {'KV B':>10}"
+    f"{'p99 ms':>8} {'max/mn':>7} {'wait ms':>8} {'extend ms':>9} {'bound ms':>8} {'ok':>5} "
+    f"{'KV-send ms':>10} {'ids B':>9} {'KV B':>10}"
 )
+
+
+def _mean_ms(values: list) -> float:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) * 1e3 if known else float("nan")
+
+
+def verdicts(cases: list[Case]) -> list[str]:
+    """Issue 16's handoff goals against the cases: One-Shot's stall within RTT + extend + one
+    ITL, and Catch-Up's final stall within the same bound (no larger than One-Shot's)."""
+    lines = []
+    for mode in ("one-shot", "catch-up"):
+        mine = [c for c in cases if c.mode == mode]
+        if not mine:
+            continue
+        n = sum(len(c.stalls_s) for c in mine)
+        ok = sum(c.within() for c in mine)
+        over = [
+            stall - bound
+            for c in mine
+            for stall, bound in zip(c.stalls_s, c.bounds_s(), strict=True)
+            if bound is not None and stall > bound
+        ]
+        verdict = "met" if ok == n else "missed"
+        worst = f"; worst {max(over) * 1e3:.1f} ms over" if over else ""
+        lines.append(f"{mode}: {ok} of {n} stalls within RTT + extend + 1 ITL ({verdict}{worst})")
+    return lines
 
 
 def _pct(values: list, q: float) -> float:
@@ -217,6 +266,7 @@ def run_cluster(args) -> list[Case]:
                                 args.repeats,
                                 kv_per_token,
                                 kv_send,
+                                2 * args.delay_ms / 1e3,
                             )
                             tqdm.write(case.row())
                             bar.update()
@@ -225,11 +275,12 @@ def run_cluster(args) -> list[Case]:
         print("\n" + HEADER + "\n" + "-" * len(HEADER))
         for case in cases:
             print(case.row())
+        print("\n" + "\n".join(verdicts(cases)))
         return cases
 
 
 def measure(
-    router, gate, control, mode, load, context, handed, repeats, kv_per_token, kv_send
+    router, gate, control, mode, load, context, handed, repeats, kv_per_token, kv_send, rtt_s
 ) -> Case:
     from sglang_pdd.testbed.client import generate
     from sglang_pdd.testbed.held_links import EndedEarly, wait_for_record
@@ -238,7 +289,7 @@ def measure(
 
     # A fresh prompt per case and mode (no case finds another's KV cached) and unique rids.
     rng = random.Random(f"{mode}/{load}/{context}/{handed}")
-    stalls, actual = [], []
+    stalls, actual, waits, extends, itls = [], [], [], [], []
     for _ in range(repeats):
         rid = f"handoff-{rng.getrandbits(48):x}"
         body = {
@@ -290,6 +341,9 @@ def measure(
         if record["handoff_to_main_s"] is not None:
             stalls.append(record["handoff_to_main_s"])
             actual.append(record["handoff_tokens"])
+            waits.append(record["main_waited_s"])
+            extends.append(record["main_extend_s"])
+            itls.append(record["main_itl_s"])
         else:
             print(f"  ({mode}, N={handed}: finished on {record['finished_on']}, no handoff)")
     ids = list(range(handed))
@@ -304,6 +358,10 @@ def measure(
         len(encode(Handoff(rid="r" * 40, token_ids=ids, final=True))),
         kv_bytes,
         kv_send.seconds(kv_bytes),
+        waits,
+        extends,
+        itls,
+        rtt_s,
     )
 
 

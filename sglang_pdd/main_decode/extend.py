@@ -175,6 +175,8 @@ def next_handoff_batch(scheduler, state, running_batch):
         for req, _, _ in taken:
             req.to_finish = FINISH_ABORT(f"sglang-pdd: {exc}")
     batch._pdd_handoff = [(req, len(ids), final) for req, ids, final in taken]
+    for req, _, _ in taken:
+        state.note_extend_started(req.rid)
     return batch
 
 

@@ -116,6 +116,9 @@ class MainDecodeState:
         self.watchers: dict[str, bytes] = {}  # rid -> ZeroMQ identity of the router
         # rid -> (token ids, final), waiting for the KV or for the scheduler's next iteration.
         self.handoffs: dict[str, tuple[list[int], bool]] = {}
+        # rid -> [its last handoff's arrival, its extend batch built or None] (monotonic), for
+        # the waited_s and extend_s of the "extended" event; bounded as the watches are.
+        self.handoff_times: dict[str, list] = {}
         # Per peer: rids it watches, handed-off ids held for it (MAX_*_PER_PEER bound them).
         self.max_watches_per_peer = max_watches_per_peer
         self.max_held_tokens_per_peer = max_held_tokens_per_peer
@@ -236,6 +239,7 @@ class MainDecodeState:
             self._drop_handoff(rid)
             self.handoffs[rid] = (list(message.token_ids), message.final)
             self.held_tokens[identity] += len(message.token_ids)
+            self.handoff_times[rid] = [time.monotonic(), None]
 
     def _expire(self, rid: str) -> None:
         """No control activity for ``idle.ttl_s``: end a parked request (its KV is cached, as
@@ -265,6 +269,7 @@ class MainDecodeState:
     def _unwatch(self, rid: str) -> None:
         """``rid`` is no longer watched (its handoffs held for the peer are dropped too)."""
         self._drop_handoff(rid)
+        self.handoff_times.pop(rid, None)
         identity = self.watchers.pop(rid, None)
         if identity is not None:
             self.watch_counts[identity] -= 1
@@ -403,8 +408,24 @@ class MainDecodeState:
         self.parked.setdefault(req.rid, req)
         self._send(Error(rid=req.rid, message=f"handoff refused: {reason}"))
 
+    def note_extend_started(self, rid: str) -> None:
+        """The extend batch carrying ``rid``'s handoff was built (it runs next)."""
+        if (times := self.handoff_times.get(rid)) is not None:
+            times[1] = time.monotonic()
+
     def notify_extended(self, rid: str, tokens: int, final: bool) -> None:
-        self._send(Extended(rid=rid, t=time.time(), tokens=tokens, final=final))
+        """Tell the router MD holds KV for ``tokens`` handed-off ids, with how long the handoff
+        waited on MD and how long its extend batch ran (0 if none ran: nothing to extend)."""
+        now = time.monotonic()
+        arrived, started = self.handoff_times.pop(rid, None) or (None, None)
+        waited = extend = None
+        if arrived is not None:
+            waited = (started or now) - arrived
+            extend = now - started if started is not None else 0.0
+        event = Extended(
+            rid=rid, t=time.time(), tokens=tokens, final=final, waited_s=waited, extend_s=extend
+        )
+        self._send(event)
         if final:
             self._unwatch(rid)
             self.kv_waits.discard(rid)

@@ -22,6 +22,10 @@ class PddRecord:
     handoff_stall_s: float | None = None  # RLD's last token to MD's first, at the router
     handoff_to_main_s: float | None = None  # the final handoff sent to MD's first token back
     main_answer_s: float | None = None  # MD's first chunk after the final handoff, at the router
+    # MD's side of the last final handoff it took (its "extended" event): how long the handoff
+    # waited on MD (for a batch or KV room), and how long its extend batch ran.
+    main_waited_s: float | None = None
+    main_extend_s: float | None = None
     handoff_tokens: int = 0
     handoff_chunks: int = 0
     handoff_mode: str | None = None  # the mode in force at the first handoff step ("auto" resolved)

@@ -44,7 +44,7 @@ from sglang_pdd.router.request_fields import deterministic, max_new_tokens
 from sglang_pdd.router.transfers import DROPPED
 from sglang_pdd.router.upstream import UpstreamError, abort, post_json
 from sglang_pdd.router.upstream_queue import END as _END
-from sglang_pdd.wire.messages import Ready
+from sglang_pdd.wire.messages import Extended, Ready
 
 logger = logging.getLogger("sglang_pdd.router")
 _READ_ORDER = ("prefill", "relay", "main", "event")
@@ -252,8 +252,11 @@ class RelayedPipeline:
 
     def _signal(self, kind: str, value, prefill1: asyncio.Task):
         """What one item read from RLD's stream, MD's stream or MD's events is, for the core."""
-        if kind == "event":
-            return value  # a wire.messages event
+        if kind == "event":  # a wire.messages event
+            if isinstance(value, Extended) and value.final:
+                self.record.main_waited_s = value.waited_s
+                self.record.main_extend_s = value.extend_s
+            return value
         if value is _END or isinstance(value, Exception):
             if kind == "main":  # MD's stream failed before it answered the final handoff
                 failure = "ended" if value is _END else repr(value)

@@ -228,7 +228,8 @@ class WarmLauncher:
         tail = self.log_path.read_text(errors="replace")[-3000:]
         return RuntimeError(f"the warm launcher {what}; its log tail:\n{tail}")
 
-    def _wait_ready(self) -> None:
+    def wait_ready(self) -> None:
+        """Block until the launcher has imported SGLang (raise if it failed to)."""
         with self._changed:
             if not self._changed.wait_for(lambda: self._ready or self._closed, timeout=300):
                 raise self._failed("did not finish importing SGLang in 300 s")
@@ -237,7 +238,7 @@ class WarmLauncher:
 
     def fork_env(self, env: dict[str, str], ignore: tuple[str, ...]) -> dict[str, str] | None:
         """``fork_environment`` against this launcher (waits for its imports)."""
-        self._wait_ready()
+        self.wait_ready()
         return fork_environment(env, self.env, self._imported_env, ignore)
 
     def spawn(self, cmd: list[str], env: dict[str, str], log_path: Path, append: bool):
@@ -252,7 +253,7 @@ class WarmLauncher:
             "log": str(log_path),
             "append": append,
         }
-        self._wait_ready()
+        self.wait_ready()
         with self._lock, self._changed:
             self._proc.stdin.write((json.dumps(request) + "\n").encode())
             self._proc.stdin.flush()

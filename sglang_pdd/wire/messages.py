@@ -31,6 +31,7 @@ MAX_RID_CHARS = 512
 Rid = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_RID_CHARS)]
 TokenId = Annotated[int, msgspec.Meta(ge=0)]
 Count = Annotated[int, msgspec.Meta(ge=0)]
+Seconds = Annotated[float, msgspec.Meta(ge=0)]
 
 
 class _Op(msgspec.Struct, frozen=True, tag_field="op"):
@@ -71,6 +72,10 @@ class Extended(_Event, frozen=True, tag="extended"):
     tokens: Count
     final: bool
     t: float | None = None
+    # MD's side of the handoff, in seconds: from its arrival to the extend batch that carried it
+    # (MD waited for a batch or KV room), and that batch's run (the extend forward).
+    waited_s: Seconds | None = None
+    extend_s: Seconds | None = None
 
 
 class Deferred(_Event, frozen=True, tag="deferred"):
