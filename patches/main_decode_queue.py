@@ -20,7 +20,8 @@ RECORD = PatchRecord(
         "parked set and announce them on the control socket, end parked requests that "
         "finished on Relay-Decode (SGLang's abort caches their KV). Control messages come in "
         "through main_control_ingest; the handoffs run as batches (main_handoff_batch). With "
-        "only parked work pending, wait on the control socket briefly instead of spinning."
+        "only parked work pending (no handoff ready to run), wait on the control socket briefly "
+        "instead of spinning."
     ),
     remove_when="SGLang's decode scheduler supports held requests resumed by an extend.",
 )
@@ -37,7 +38,9 @@ def hook(result, self, *args, **kwargs):
         return result
     state.park_arrivals(self)
     idle_but_parked = state.parked and self.running_batch.is_empty() and not self.waiting_queue
-    if idle_but_parked:  # read next iteration (main_control_ingest), on every rank
+    # Not with a handoff ready: its extend batch is this iteration's work, and a wait here
+    # would delay every handoff to an idle MD by the wait's 2 ms.
+    if idle_but_parked and not state.handoff_runnable():  # read next iteration, every rank
         state.wait_for_control(timeout_ms=2)
     state.release_finished(self)
     return result

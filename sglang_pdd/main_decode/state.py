@@ -396,6 +396,11 @@ class MainDecodeState:
             taken.append((req, token_ids, final, verdict))
         return taken
 
+    def handoff_runnable(self) -> bool:
+        """A handoff the next extend batch can take (its request parked, not waiting for KV
+        memory): the scheduler must not wait on the control socket before running it."""
+        return any(rid in self.parked and rid not in self.kv_waits for rid in self.handoffs)
+
     def note_kv_wait(self, rid: str) -> None:
         """A handoff waits for KV memory (logged once per request)."""
         if rid not in self.kv_waits:

@@ -56,3 +56,18 @@ def test_extended_carries_the_wait_and_the_extend_and_nothing_is_kept_after():
     finally:
         peer.close(0)
         state.socket.close()
+
+
+def test_a_handoff_is_runnable_once_its_request_is_parked_and_not_short_of_kv():
+    """The idle scheduler's wait on the control socket is skipped while this holds (a handoff
+    to an idle MD would otherwise wait out the 2 ms poll before its extend)."""
+    state = MainDecodeState(None)  # a rank without the socket: control items applied by hand
+    rid = "a.pdd-relayed"
+    state.apply_control(ControlMessages(((b"router-a", Watch(rid=rid)),)))
+    assert not state.handoff_runnable()  # watched, nothing handed off
+    state.apply_control(ControlMessages(((b"router-a", Handoff(rid=rid, token_ids=[1])),)))
+    assert not state.handoff_runnable()  # handed off before its KV landed: nothing to run yet
+    state.parked[rid] = object()  # the KV landed (park_arrivals)
+    assert state.handoff_runnable()
+    state.note_kv_wait(rid)  # the extend batch found no KV room for it
+    assert not state.handoff_runnable()
