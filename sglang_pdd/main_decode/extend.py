@@ -117,8 +117,6 @@ class HandoffAdmission:
 
 def next_handoff_batch(scheduler, state, running_batch):
     """An extend batch for the parked requests whose handoff can run now, or None."""
-    from sglang.srt.managers.schedule_batch import ScheduleBatch
-
     taken = []
     admit = HandoffAdmission(KvBudget.of(scheduler, len(running_batch.reqs)))
     for req, token_ids, final, verdict in state.take_ready_handoffs(admit):
@@ -154,6 +152,17 @@ def next_handoff_batch(scheduler, state, running_batch):
         state.note_kv_wait(rid)
     if not taken:
         return None
+    batch = _extend_batch(scheduler, taken)
+    for req, _, _ in taken:
+        state.note_extend_started(req.rid)
+    return batch
+
+
+def _extend_batch(scheduler, taken: list):
+    """The extend batch over ``taken`` (request, handed-off ids, final), its penalizers
+    counting the handed-off ids as output."""
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+
     batch = ScheduleBatch.init_new(
         reqs=[req for req, _, _ in taken],
         req_to_token_pool=scheduler.req_to_token_pool,
@@ -175,8 +184,6 @@ def next_handoff_batch(scheduler, state, running_batch):
         for req, _, _ in taken:
             req.to_finish = FINISH_ABORT(f"sglang-pdd: {exc}")
     batch._pdd_handoff = [(req, len(ids), final) for req, ids, final in taken]
-    for req, _, _ in taken:
-        state.note_extend_started(req.rid)
     return batch
 
 

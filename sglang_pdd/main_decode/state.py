@@ -83,34 +83,7 @@ class MainDecodeState:
         self.socket = None
         self.auth = None  # CURVE's authenticator thread, when the socket has keys
         if control_port is not None:
-            # With keys, a context of its own: its authenticator then judges this socket
-            # only, never SGLang's sockets on the shared context.
-            context = zmq.Context() if curve is not None else zmq.Context.instance()
-            self.socket = context.socket(zmq.ROUTER)
-            if curve is not None:
-                self.auth = curve.secure(self.socket)
-            self.socket.setsockopt(zmq.LINGER, 0)
-            # A peer sending more than this is disconnected by ZeroMQ before MD reads anything.
-            self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-            # A router that redials (after a dropped connection) keeps its identity: its new
-            # connection takes the identity over from the old one, which may linger.
-            self.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
-            # A flooding peer fills this queue, not MD's memory: ZeroMQ drops what is beyond it.
-            self.socket.setsockopt(zmq.RCVHWM, CONTROL_RCVHWM)
-            self.socket.bind(f"tcp://{host}:{control_port}")
-            logger.info(
-                "sglang-pdd: Main-Decode control socket on %s:%d (%s)",
-                host,
-                control_port,
-                "CURVE" if curve is not None else "no authentication",
-            )
-            if curve is None and not is_loopback(host):
-                logger.warning(
-                    "sglang-pdd: INSECURE: the control socket on %s:%d takes handoffs and "
-                    "releases from anyone who reaches it (--pdd-control-insecure)",
-                    host,
-                    control_port,
-                )
+            self._bind(host, control_port, curve)
         self.parked: dict[str, object] = {}  # rid -> Req with its prompt KV in place
         self.parked_at: dict[str, float] = {}
         self.watchers: dict[str, bytes] = {}  # rid -> ZeroMQ identity of the router
@@ -132,6 +105,37 @@ class MainDecodeState:
         self.kv_waits: set[str] = set()  # rids whose handoff waited for memory (logged once)
 
     # -- control socket -------------------------------------------------------------------
+    def _bind(self, host: str, control_port: int, curve) -> None:
+        """Open the control socket (rank 0) that routers send watches and handoffs to."""
+        # With keys, a context of its own: its authenticator then judges this socket
+        # only, never SGLang's sockets on the shared context.
+        context = zmq.Context() if curve is not None else zmq.Context.instance()
+        self.socket = context.socket(zmq.ROUTER)
+        if curve is not None:
+            self.auth = curve.secure(self.socket)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        # A peer sending more than this is disconnected by ZeroMQ before MD reads anything.
+        self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        # A router that redials (after a dropped connection) keeps its identity: its new
+        # connection takes the identity over from the old one, which may linger.
+        self.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        # A flooding peer fills this queue, not MD's memory: ZeroMQ drops what is beyond it.
+        self.socket.setsockopt(zmq.RCVHWM, CONTROL_RCVHWM)
+        self.socket.bind(f"tcp://{host}:{control_port}")
+        logger.info(
+            "sglang-pdd: Main-Decode control socket on %s:%d (%s)",
+            host,
+            control_port,
+            "CURVE" if curve is not None else "no authentication",
+        )
+        if curve is None and not is_loopback(host):
+            logger.warning(
+                "sglang-pdd: INSECURE: the control socket on %s:%d takes handoffs and "
+                "releases from anyone who reaches it (--pdd-control-insecure)",
+                host,
+                control_port,
+            )
+
     def _send(self, event: Ready | Extended | Deferred | Error) -> None:
         """Send ``event`` to the router that watches its rid (none: nobody to tell)."""
         identity = self.watchers.get(event.rid)
