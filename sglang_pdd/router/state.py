@@ -39,6 +39,17 @@ from sglang_pdd.transfer.link_model import LinkModelConfig
 logger = logging.getLogger("sglang_pdd.router")
 
 
+def _main_site(config: RouterConfig, main, link: LinkModelConfig) -> MainSite:
+    return MainSite(
+        main,
+        link,
+        config.cache_block_tokens,
+        config.cache_capacity_blocks,
+        config.control_timeout_s,
+        config.control_curve(),
+    )
+
+
 class RouterState:
     """Instances, policies, and the router's mirror of Main-Decode's radix cache."""
 
@@ -48,17 +59,7 @@ class RouterState:
         self.handoff_policy = HandoffPolicy(config.handoff)
         self.limits = RequestLimits(config.max_n, config.max_batch_size)
         link = LinkModelConfig(config.wan_bandwidth_mbps * 1e6 / 8, config.wan_rtt_ms / 1000)
-        self.mains = {
-            m.url: MainSite(
-                m,
-                link,
-                config.cache_block_tokens,
-                config.cache_capacity_blocks,
-                config.control_timeout_s,
-                config.control_curve(),
-            )
-            for m in config.main
-        }
+        self.mains = {m.url: _main_site(config, m, link) for m in config.main}
         # What each prefill server holds: every prompt it prefilled, LRU (P keeps its radix cache).
         self.prefill_cache = {
             u: BlockPrefixCache(config.cache_capacity_blocks) for u in config.prefill
@@ -106,19 +107,7 @@ class RouterState:
 
     async def start(self) -> None:
         """Open the HTTP session, learn bootstrap ports and the model, connect control sockets."""
-        keepalive = self.config.upstream_keepalive_s
-        connector = aiohttp.TCPConnector(
-            limit=0,  # streams stay open for a whole request; never queue behind them
-            force_close=keepalive == 0,
-            keepalive_timeout=keepalive if keepalive > 0 else None,
-        )
-        self.session = aiohttp.ClientSession(
-            connector=connector,
-            timeout=aiohttp.ClientTimeout(
-                total=None, sock_connect=self.config.upstream_connect_timeout_s
-            ),
-            headers=upstream_headers(self.config.instance_api_key),
-        )
+        self.session = self._open_session()
         prefill_bounds = []
         for url in self.config.prefill:
             info = await self._get(f"{url}/get_server_info")
@@ -145,6 +134,26 @@ class RouterState:
         self.tokenizer = load_tokenizer(path)
         self.vocab_size = model_vocab_size(self.model_info.get("model_path"), self.tokenizer)
         self.kv_bytes_per_token = await self._kv_bytes_per_token()
+        self._start_background_tasks()
+
+    def _open_session(self) -> aiohttp.ClientSession:
+        """The HTTP session to every instance (keep-alive per --upstream-keepalive-s)."""
+        keepalive = self.config.upstream_keepalive_s
+        connector = aiohttp.TCPConnector(
+            limit=0,  # streams stay open for a whole request; never queue behind them
+            force_close=keepalive == 0,
+            keepalive_timeout=keepalive if keepalive > 0 else None,
+        )
+        return aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(
+                total=None, sock_connect=self.config.upstream_connect_timeout_s
+            ),
+            headers=upstream_headers(self.config.instance_api_key),
+        )
+
+    def _start_background_tasks(self) -> None:
+        """RLD's load poller, the health probe and the /ready watch, each supervised."""
         loop = asyncio.get_running_loop()
         if self.config.relay:
             self._load_poller = loop.create_task(
