@@ -149,6 +149,11 @@ class PddServerConfig:
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"--pdd-role={self.role!r}: accepted values are {', '.join(ROLES)}")
+        self._check_wan()
+        self._check_control()
+
+    def _check_wan(self) -> None:
+        """The emulated WAN's flags (testbed only): together, and where they apply."""
         if self.wan_bandwidth_mbps is None:
             for flag, value in (
                 ("--pdd-wan-delay-ms", self.wan_delay_ms),
@@ -163,6 +168,14 @@ class PddServerConfig:
                 "--pdd-wan-bandwidth-mbps needs --pdd-wan-hosts (the receivers the emulated link "
                 "applies to)"
             )
+        if self.wan_fault_file and (self.role != "prefill" or self.wan is None):
+            raise ValueError(
+                "--pdd-wan-fault-file is only accepted with --pdd-role prefill and "
+                "--pdd-wan-bandwidth-mbps (the emulated link it cuts)"
+            )
+
+    def _check_control(self) -> None:
+        """Main-Decode's control socket flags: only on MD, and authenticated off loopback."""
         if self.role == "main" and not 0 < self.control_port < 65536:
             raise ValueError("--pdd-role main needs --pdd-control-port in 1..65535")
         if self.role != "main" and self.control_port:
@@ -188,11 +201,6 @@ class PddServerConfig:
             )
         if all(curve):
             self.control_curve()  # unreadable keys are refused at start, naming the flag
-        if self.wan_fault_file and (self.role != "prefill" or self.wan is None):
-            raise ValueError(
-                "--pdd-wan-fault-file is only accepted with --pdd-role prefill and "
-                "--pdd-wan-bandwidth-mbps (the emulated link it cuts)"
-            )
         if not self.control_host or any(c.isspace() or c in "/:" for c in self.control_host):
             raise ValueError(
                 f"--pdd-control-host takes an IPv4 address or host name, got {self.control_host!r}"
