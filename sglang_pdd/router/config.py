@@ -238,6 +238,11 @@ class RouterConfig:
         ):
             if not value > 0:
                 raise ValueError(f"{flag} must be > 0 seconds, got {value}")
+        self._check_sizes()
+        self._check_modes()
+
+    def _check_sizes(self) -> None:
+        """Counts and sizes: integers in their accepted ranges."""
         for flag, value in (
             ("--max-n", self.max_n),
             ("--max-batch-size", self.max_batch_size),
@@ -256,6 +261,11 @@ class RouterConfig:
             )
         if not self.max_body_mb > 0:
             raise ValueError(f"--max-body-mb must be > 0, got {self.max_body_mb}")
+        if self.cache_block_tokens < 1:
+            raise ValueError("--cache-block-tokens must be >= 1")
+
+    def _check_modes(self) -> None:
+        """The handoff's and the health checks' modes and intervals."""
         if self.handoff_gap_prior_s is not None and not self.handoff_gap_prior_s >= 0:
             raise ValueError(
                 f"--handoff-gap-prior-s must be >= 0 seconds, got {self.handoff_gap_prior_s}"
@@ -280,8 +290,6 @@ class RouterConfig:
             raise ValueError(
                 f"--migration-limit must be >= 0 (0: never), got {self.migration_limit}"
             )
-        if self.cache_block_tokens < 1:
-            raise ValueError("--cache-block-tokens must be >= 1")
 
     def _check_keys(self) -> None:
         """API keys and the CURVE key pair (unreadable keys refused at start)."""
