@@ -62,6 +62,18 @@ def _result(sid, k, turn, prompt, at, late, res: GenerateResult) -> RequestResul
     )
 
 
+def _request_body(prompt: list[int], turn) -> dict:
+    """A turn's /generate body: greedy, exactly the turn's output length."""
+    return {
+        "input_ids": prompt,
+        "sampling_params": {
+            "temperature": 0.0,
+            "max_new_tokens": turn.max_new_tokens,
+            "ignore_eos": True,
+        },
+    }
+
+
 def run_workload(
     sessions: tuple[Session, ...],
     send: Sender,
@@ -80,16 +92,8 @@ def run_workload(
 
     def call(sid, k, turn, prompt, at):
         late = max(time.monotonic() - (t0 + at), 0.0)
-        body = {
-            "input_ids": prompt,
-            "sampling_params": {
-                "temperature": 0.0,
-                "max_new_tokens": turn.max_new_tokens,
-                "ignore_eos": True,
-            },
-        }
         try:
-            res = send(body)
+            res = send(_request_body(prompt, turn))
         except Exception as exc:  # noqa: BLE001 - a failed request is a result, not a crash
             res = GenerateResult(599, {"error": repr(exc)})
         r = _result(sid, k, turn, prompt, at, late, res)
