@@ -8,6 +8,21 @@ from sglang_pdd.sim.cluster import RequestRecord
 from sglang_pdd.sim.metrics import ContenderResult
 
 
+def _latencies(recs: list[RequestRecord], metric: str, measure_from_s: float) -> list[float]:
+    """Each measured request's TTFT, E2E or mean ITL (``metric``: ttft, e2e, itl)."""
+    vals = []
+    for r in recs:
+        if r.arrival_s < measure_from_s:
+            continue
+        if metric == "ttft":
+            vals.append(r.first_token_s - r.arrival_s)
+        elif metric == "e2e":
+            vals.append(r.done_s - r.arrival_s)
+        elif r.output_tokens > 1:
+            vals.append((r.done_s - r.first_token_s) / (r.output_tokens - 1))
+    return vals
+
+
 def write_plots(
     out_dir: str | Path,
     results: list[ContenderResult],
@@ -37,17 +52,7 @@ def write_plots(
     ):
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for name, recs in records.items():
-            vals = []
-            for r in recs:
-                if r.arrival_s < measure_from_s:
-                    continue
-                if metric == "ttft":
-                    vals.append(r.first_token_s - r.arrival_s)
-                elif metric == "e2e":
-                    vals.append(r.done_s - r.arrival_s)
-                elif r.output_tokens > 1:
-                    vals.append((r.done_s - r.first_token_s) / (r.output_tokens - 1))
-            cdf(ax, vals, name)
+            cdf(ax, _latencies(recs, metric, measure_from_s), name)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("fraction of requests")
         ax.grid(alpha=0.3)
