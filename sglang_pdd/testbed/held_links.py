@@ -113,6 +113,18 @@ def wait_held(links: HeldLinks, future: Future, what: str) -> None:
             raise AssertionError(f"timed out waiting for {what}")
 
 
+def _wait_main_tokens(router_url: str, rid: str, future, may_end_on_relay: bool) -> None:
+    """Until the request's record counts MD's first token (or, ``may_end_on_relay``, it
+    ended on RLD first)."""
+    try:
+        wait_for_record(
+            router_url, rid, future, lambda r: r["main_tokens"] > 0, "Main-Decode's first token"
+        )
+    except EndedEarly:
+        if not may_end_on_relay:
+            raise
+
+
 def generate_with_handoff_at(
     router_url: str,
     links: HeldLinks,
@@ -158,18 +170,7 @@ def generate_with_handoff_at(
                 # RLD streams on (up to a new hold, so that it never finishes first) while
                 # MD catches up.
                 links.relay.advance(held + relay_more)
-            try:
-                wait_for_record(
-                    router_url,
-                    rid,
-                    future,
-                    lambda r: r["main_tokens"] > 0,
-                    "Main-Decode's first token",
-                )
-            except EndedEarly:
-                if not may_end_on_relay:
-                    raise
-
+            _wait_main_tokens(router_url, rid, future, may_end_on_relay)
             links.relay.release()
             if while_main_streams is not None:
                 while_main_streams(rid)
