@@ -133,18 +133,10 @@ class ClusterSim:
                 DecodeInstance(self.env, r_perf, f"R{i}") for i in range(spec.relay.count)
             ]
         # P-side prefix cache, pooled over P instances (HBM pool plus any host-memory tier).
-        p_tokens = spec.prefill.count * (
-            p_perf.kv_capacity_tokens
-            + int(spec.prefill.host_cache_gb * 1e9 * spec.prefill.chips / self.kv)
-        )
-        self.p_cache = BlockPrefixCache(p_tokens // self.block_tokens)
+        self.p_cache = self._pooled_cache(spec.prefill, p_perf)
         self.drc: BlockPrefixCache | None = None
         if spec.cross_dc and spec.decode_cache:
-            d_tokens = spec.decode.count * (
-                d_perf.kv_capacity_tokens
-                + int(spec.decode.host_cache_gb * 1e9 * spec.decode.chips / self.kv)
-            )
-            self.drc = BlockPrefixCache(d_tokens // self.block_tokens)
+            self.drc = self._pooled_cache(spec.decode, d_perf)
         self.wan = FairShareLink(self.env, spec.wan, rng) if spec.cross_dc else None
         # The policy sees the link as the router does: a LiveLinkModel fed with the transfers
         # started and landed, seeded with the link's nominal rate and RTT.
@@ -166,6 +158,13 @@ class ClusterSim:
         self.prefill_active = [0] * len(self.prefill)
         self.main_active = [0] * len(self.decode)
         self._turns = itertools.count()
+
+    def _pooled_cache(self, pool, perf: InstancePerf) -> BlockPrefixCache:
+        """A prefix cache over every instance of ``pool``: HBM pool plus host-memory tier."""
+        tokens = pool.count * (
+            perf.kv_capacity_tokens + int(pool.host_cache_gb * 1e9 * pool.chips / self.kv)
+        )
+        return BlockPrefixCache(tokens // self.block_tokens)
 
     # --- arrivals and prefill -----------------------------------------------------------
     def run(self, requests: list[Request]) -> list[RequestRecord]:
