@@ -85,6 +85,23 @@ TABLE_HEADER = [
 ]
 
 
+def _arrival_span(measured: list[RequestRecord]) -> float:
+    """Seconds from the first measured arrival to the last (a burst at one instant: 1 s)."""
+    if not measured:
+        return 1.0
+    span = max(r.arrival_s for r in measured) - min(r.arrival_s for r in measured)
+    return span if span > 0 else 1.0
+
+
+def _step_times(sim: ClusterSim) -> dict[float, float]:
+    """Every decoding instance's step-time histogram, summed."""
+    hist: dict[float, float] = {}
+    for inst in sim.decode + sim.relay:
+        for k, v in inst.itl_hist.items():
+            hist[k] = hist.get(k, 0.0) + v
+    return hist
+
+
 def summarize(
     sim: ClusterSim, spec: ClusterSpec, config: SimConfig, records: list[RequestRecord]
 ) -> ContenderResult:
@@ -109,19 +126,11 @@ def summarize(
         relay_tokens += r.relay_tokens
         main_tokens += r.main_tokens
         pipelines[r.pipeline] = pipelines.get(r.pipeline, 0) + 1
-    if measured:
-        span = max(r.arrival_s for r in measured) - min(r.arrival_s for r in measured)
-    else:
-        span = 0.0
-    # A burst arriving at one instant has no span; count it over one second.
-    span = span if span > 0 else 1.0
+    span = _arrival_span(measured)
     end = max((r.done_s for r in records), default=0.0)
     cost = config.cost_per_hour(spec)
     goodput = good / span if measured else 0.0
-    step_hist: dict[float, float] = {}
-    for inst in sim.decode + sim.relay:
-        for k, v in inst.itl_hist.items():
-            step_hist[k] = step_hist.get(k, 0.0) + v
+    step_hist = _step_times(sim)
     tokens = relay_tokens + main_tokens
     n = len(measured)
     summary = {
