@@ -161,8 +161,8 @@ def _print_plan(title: str, plan: PlanResult) -> None:
         )
 
 
-def plan_main(argv: list[str]) -> int:
-    """Search instance counts per chip type and WAN capacity maximizing BCR under an SLA."""
+def _plan_parser() -> argparse.ArgumentParser:
+    """``sglang-pdd plan``'s flags: the workload's, the SLA, the chips and the search bounds."""
     p = argparse.ArgumentParser(prog="sglang-pdd plan", description=plan_main.__doc__)
     _add_workload_args(p)
     p.add_argument(
@@ -180,7 +180,12 @@ def plan_main(argv: list[str]) -> int:
     p.add_argument("--max-relay", type=int, default=3, help="most RLD instances")
     p.add_argument("--json", help="write both plans to this JSON file")
     p.add_argument("--verbose", action="store_true", help="print every simulated plan")
-    args = p.parse_args(argv)
+    return p
+
+
+def plan_main(argv: list[str]) -> int:
+    """Search instance counts per chip type and WAN capacity maximizing BCR under an SLA."""
+    args = _plan_parser().parse_args(argv)
     try:
         cfg = _config(args)
         if args.chips:
