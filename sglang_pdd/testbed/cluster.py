@@ -100,31 +100,10 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "sglang_pdd.cli", *args]
 
 
-def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 600) -> PddCluster:
-    """Launch the cluster's processes in ``group`` and wait until the router is healthy."""
-    common = dict(
-        model_path=cfg.model_path,
-        dtype=cfg.dtype,
-        chunked_prefill_size=cfg.chunked_prefill_size,
-        max_total_tokens=cfg.max_total_tokens,
-    )
-    cpus_a, cpus_b = cfg.datacenter_cpus
-    streams = ("--incremental-streaming-output",) if cfg.incremental_streams else ()
-    streams += ("--pdd-seeded-sampling",) if cfg.seeded_sampling else ()
-    wan = (
-        "--pdd-wan-bandwidth-mbps",
-        str(cfg.wan.bandwidth_mbps),
-        "--pdd-wan-delay-ms",
-        str(cfg.wan.one_way_delay_ms),
-        "--pdd-wan-jitter-ms",
-        str(cfg.wan.jitter_ms),
-    )
-    prefill_args = ("--pdd-role", "prefill", "--pdd-wan-hosts", DATACENTER_B_HOST, *wan)
-    if cfg.seeded_sampling:
-        prefill_args += ("--pdd-seeded-sampling",)
-    if cfg.log_transfers:
-        prefill_args += ("--pdd-log-transfers",)
+def _main_specs(cfg: PddClusterConfig, streams: tuple, common: dict):
+    """Each MD's ServerSpec (datacenter B) and its (control, KV-events) ports."""
     specs, ports = [], []
+    cpus_b = cfg.datacenter_cpus[1]
     for i in range(cfg.mains):
         control_port, events_port = free_port(), free_port()
         extra = (
@@ -150,6 +129,54 @@ def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 60
             )
         )
         ports.append((control_port, events_port))
+    return specs, ports
+
+
+def _main_site(group, cfg: PddClusterConfig, i: int, main, control_port: int, events_port: int):
+    """MD ``i`` as the router reaches it: its HTTP, control and KV-event ports behind WAN
+    proxies."""
+    tag = str(i) if i else ""
+    http_url = start_wan_proxy(group, f"wan-http{tag}", main.port, cfg.wan)
+    control_url = start_wan_proxy(group, f"wan-control{tag}", control_port, cfg.wan)
+    events_url = (
+        start_wan_proxy(group, f"wan-kv-events{tag}", events_port, cfg.wan)
+        if cfg.kv_events
+        else None
+    )
+    return MainDecodeSite(
+        main,
+        http_url,
+        control_url.replace("http://", "tcp://"),
+        events_url and events_url.replace("http://", "tcp://"),
+        control_port,
+    )
+
+
+def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 600) -> PddCluster:
+    """Launch the cluster's processes in ``group`` and wait until the router is healthy."""
+    common = dict(
+        model_path=cfg.model_path,
+        dtype=cfg.dtype,
+        chunked_prefill_size=cfg.chunked_prefill_size,
+        max_total_tokens=cfg.max_total_tokens,
+    )
+    cpus_a = cfg.datacenter_cpus[0]
+    streams = ("--incremental-streaming-output",) if cfg.incremental_streams else ()
+    streams += ("--pdd-seeded-sampling",) if cfg.seeded_sampling else ()
+    wan = (
+        "--pdd-wan-bandwidth-mbps",
+        str(cfg.wan.bandwidth_mbps),
+        "--pdd-wan-delay-ms",
+        str(cfg.wan.one_way_delay_ms),
+        "--pdd-wan-jitter-ms",
+        str(cfg.wan.jitter_ms),
+    )
+    prefill_args = ("--pdd-role", "prefill", "--pdd-wan-hosts", DATACENTER_B_HOST, *wan)
+    if cfg.seeded_sampling:
+        prefill_args += ("--pdd-seeded-sampling",)
+    if cfg.log_transfers:
+        prefill_args += ("--pdd-log-transfers",)
+    specs, ports = _main_specs(cfg, streams, common)
     prefill, relay, *mains = group.start(
         ServerSpec("prefill", role="prefill", extra_args=prefill_args, cpus=cpus_a, **common),
         ServerSpec(
@@ -162,25 +189,10 @@ def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 60
         *specs,
         timeout=timeout,
     )
-    sites = []
-    for i, (main, (control_port, events_port)) in enumerate(zip(mains, ports, strict=True)):
-        tag = str(i) if i else ""
-        http_url = start_wan_proxy(group, f"wan-http{tag}", main.port, cfg.wan)
-        control_url = start_wan_proxy(group, f"wan-control{tag}", control_port, cfg.wan)
-        events_url = (
-            start_wan_proxy(group, f"wan-kv-events{tag}", events_port, cfg.wan)
-            if cfg.kv_events
-            else None
-        )
-        sites.append(
-            MainDecodeSite(
-                main,
-                http_url,
-                control_url.replace("http://", "tcp://"),
-                events_url and events_url.replace("http://", "tcp://"),
-                control_port,
-            )
-        )
+    sites = [
+        _main_site(group, cfg, i, main, control_port, events_port)
+        for i, (main, (control_port, events_port)) in enumerate(zip(mains, ports, strict=True))
+    ]
     cluster = PddCluster(cfg, prefill, relay, sites)
     cluster.router = start_router(group, cluster)
     return cluster
