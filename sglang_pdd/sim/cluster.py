@@ -341,19 +341,7 @@ class ClusterSim:
                 self.env.timeout(wait).callbacks.append(lambda _e: self._handoff(rid))
             return
         if step.kind == CHUNK:
-            rec.handed = step.upto
-            chunk, ctx = step.upto - handed_before, req.input_tokens + step.upto
-
-            def extended(_e) -> None:
-                state.chunk_extended()
-                self._handoff(rid)
-
-            def chunk_arrives() -> None:
-                if not rec.completions:
-                    busy = main.add_extend_work(chunk, ctx)
-                    self.env.timeout(busy).callbacks.append(extended)
-
-            self.env.timeout(one_way).callbacks.append(lambda _e: chunk_arrives())
+            self._send_chunk(rid, step.upto - handed_before, step.upto)
             return
         # The final handoff. MD's answer is taken at once (the simulation knows MD's room):
         # with no room MD defers it and RLD keeps streaming until the retry.
@@ -384,6 +372,25 @@ class ClusterSim:
             main.add(rid, remaining, req.input_tokens + made, started, self._main_done, final_chunk)
 
         self.env.timeout(one_way).callbacks.append(lambda _e: ids_arrive())
+
+    def _send_chunk(self, rid: int, chunk: int, upto: int) -> None:
+        """A Catch-Up chunk of ``chunk`` ids (RLD's first ``upto`` in all) crosses the WAN; MD
+        extends over it, then the request's handoff takes its next step."""
+        rec, req = self.records[rid], self.requests[rid]
+        main = self.decode[rec.main_idx]
+        rec.handed = upto
+        ctx = req.input_tokens + upto
+
+        def extended(_e) -> None:
+            rec.handoff.chunk_extended()
+            self._handoff(rid)
+
+        def chunk_arrives() -> None:
+            if not rec.completions:
+                busy = main.add_extend_work(chunk, ctx)
+                self.env.timeout(busy).callbacks.append(extended)
+
+        self.env.timeout(self.spec.wan.rtt_s / 2).callbacks.append(lambda _e: chunk_arrives())
 
     def _relay_done(self, rid: int, now: float) -> None:
         rec = self.records[rid]
