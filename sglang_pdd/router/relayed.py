@@ -158,17 +158,7 @@ class RelayedPipeline:
             prefill2, main_q = self._start_main_side(main_rid, room2)
         else:
             gate = self._spawn(self._main_gate(prefill1, main_rid))
-        config, sampling = self.router.config, self.body["sampling_params"]
-        overlap = config.handoff_switch == "overlap" and deterministic(
-            sampling, config.seeded_sampling
-        )
-        self.record.handoff_switch = "overlap" if overlap else "hold"
-        core = self._core = HandoffCore(
-            self.router.handoff_policy,
-            config.handoff_retry_s,
-            max_new_tokens(sampling) if config.tail_on_relay else None,
-            overlap=overlap,
-        )
+        core = self._core = self._new_core()
         follow: FollowMain | None = None
         while follow is None:
             actions: list = []
@@ -181,15 +171,7 @@ class RelayedPipeline:
                 actions += core.on(self._signal(kind, value, prefill1))
             if self.router.health.is_draining(self.main.url):
                 actions += core.on(MainLost(f"{self.main.url} is draining"))
-            actions += core.on(
-                Tick(
-                    time.monotonic(),
-                    self.router.relay_load(self.relay_url),
-                    self._relay_itl(),
-                    self.router.handoff_gap_estimate_s,
-                    self.router.main_itl_estimate_s(self.main.url),
-                )
-            )
+            actions += core.on(self._tick())
             while actions:
                 action = actions.pop(0)
                 if isinstance(action, EmitRelayIds):
@@ -200,12 +182,7 @@ class RelayedPipeline:
                     actions[:0] = await self._send_to_main(control, main_rid, action)
                 elif isinstance(action, FinishOnRelay):
                     self._finish_on_relay(main_q, prefill1, gate, prefill2, main_rid, room2, events)
-                    if action.main_running:  # MD decodes an overlapped copy: stop it
-                        self.router.run_in_background(
-                            abort(self.router.session, self.main.url, main_rid)
-                        )
-                    else:
-                        await self._release_main(main_q, main_rid)
+                    await self._end_main_side(action, main_q, main_rid)
                     yield self._finished(action.finish_reason)
                     return
                 elif isinstance(action, AbandonMain):
@@ -230,6 +207,38 @@ class RelayedPipeline:
             early=follow.early,
         ):
             yield event
+
+    def _new_core(self) -> HandoffCore:
+        """The request's handoff core; the overlapped switch only where the answer is
+        deterministic (greedy, or seeded with --seeded-sampling)."""
+        config, sampling = self.router.config, self.body["sampling_params"]
+        overlap = config.handoff_switch == "overlap" and deterministic(
+            sampling, config.seeded_sampling
+        )
+        self.record.handoff_switch = "overlap" if overlap else "hold"
+        return HandoffCore(
+            self.router.handoff_policy,
+            config.handoff_retry_s,
+            max_new_tokens(sampling) if config.tail_on_relay else None,
+            overlap=overlap,
+        )
+
+    def _tick(self) -> Tick:
+        """What the core weighs at each look: now, RLD's load and pace, the gap, MD's pace."""
+        return Tick(
+            time.monotonic(),
+            self.router.relay_load(self.relay_url),
+            self._relay_itl(),
+            self.router.handoff_gap_estimate_s,
+            self.router.main_itl_estimate_s(self.main.url),
+        )
+
+    async def _end_main_side(self, action: FinishOnRelay, main_q, main_rid: str) -> None:
+        """The request finished on RLD: stop MD's overlapped copy, or release its parked one."""
+        if action.main_running:
+            self.router.run_in_background(abort(self.router.session, self.main.url, main_rid))
+        else:
+            await self._release_main(main_q, main_rid)
 
     def _start_main_side(self, main_rid: str, room2: int):
         """P's second send (room 2, to MD) and MD's parked sub-request: (P's task, MD's queue)."""
