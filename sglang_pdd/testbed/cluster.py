@@ -133,23 +133,9 @@ def _main_specs(cfg: PddClusterConfig, streams: tuple, common: dict):
 
 
 def _main_site(group, cfg: PddClusterConfig, i: int, main, control_port: int, events_port: int):
-    """MD ``i`` as the router reaches it: its HTTP, control and KV-event ports behind WAN
-    proxies."""
-    tag = str(i) if i else ""
-    http_url = start_wan_proxy(group, f"wan-http{tag}", main.port, cfg.wan)
-    control_url = start_wan_proxy(group, f"wan-control{tag}", control_port, cfg.wan)
-    events_url = (
-        start_wan_proxy(group, f"wan-kv-events{tag}", events_port, cfg.wan)
-        if cfg.kv_events
-        else None
-    )
-    return MainDecodeSite(
-        main,
-        http_url,
-        control_url.replace("http://", "tcp://"),
-        events_url and events_url.replace("http://", "tcp://"),
-        control_port,
-    )
+    """MD ``i`` of the cluster behind its WAN proxies ("wan-http" for MD 0, "wan-http1"...)."""
+    events = events_port if cfg.kv_events else None
+    return _site(group, main, str(i) if i else "", control_port, events, cfg.wan)
 
 
 def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 600) -> PddCluster:
@@ -267,7 +253,12 @@ class LaunchedMainDecode:
     def ready(self, timeout: float = 300.0) -> MainDecodeSite:
         self.group.wait_ready(self.server, timeout)
         return _site(
-            self.group, self.server, self.server.name, self.control_port, self.events_port, self.wan
+            self.group,
+            self.server,
+            f"-{self.server.name}",
+            self.control_port,
+            self.events_port,
+            self.wan,
         )
 
 
@@ -359,11 +350,13 @@ def cpu_rank_binding(cpus: str, ranks: int) -> str:
     return "|".join(",".join(map(str, group)) for group in groups)
 
 
-def _site(group, server, tag, control_port, events_port, wan) -> MainDecodeSite:
-    http_url = start_wan_proxy(group, f"wan-http-{tag}", server.port, wan)
-    control_url = start_wan_proxy(group, f"wan-control-{tag}", control_port, wan)
+def _site(group, server, suffix, control_port, events_port, wan) -> MainDecodeSite:
+    """``server`` as the router reaches it: its HTTP, control and (with ``events_port``)
+    KV-event ports behind WAN proxies named "wan-http{suffix}" and so on."""
+    http_url = start_wan_proxy(group, f"wan-http{suffix}", server.port, wan)
+    control_url = start_wan_proxy(group, f"wan-control{suffix}", control_port, wan)
     events_url = (
-        start_wan_proxy(group, f"wan-kv-events-{tag}", events_port, wan) if events_port else None
+        start_wan_proxy(group, f"wan-kv-events{suffix}", events_port, wan) if events_port else None
     )
     return MainDecodeSite(
         server,
