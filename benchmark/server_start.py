@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from sglang_pdd.testbed.launcher import ServerGroup, ServerSpec, post_json
 from sglang_pdd.testbed.tiny_model import TinyModelConfig, write_tiny_model
+from sglang_pdd.testbed.warm_start import WarmProcess
 
 # label -> (ServerSpec.fork_subprocesses, started from the warm launcher)
 MODES = {"spawn": (False, False), "fork": (True, False), "warm": (True, True)}
@@ -70,7 +71,7 @@ def main() -> None:
             fork, from_warm = MODES[label]
             group = warm if from_warm else cold
             runs[label].append(_start_once(group, model, f"{label}-{r}", fork))
-        if not all(type(s.proc).__name__ == "WarmProcess" for s in warm.servers):
+        if not all(isinstance(s.proc, WarmProcess) for s in warm.servers):
             raise RuntimeError("a 'warm' start did not fork from the warm launcher")
     outputs = {tuple(run["output_ids"]) for mode in runs.values() for run in mode}
     print(f"one co-located CPU server, {args.rounds} starts per mode (median)")

@@ -260,7 +260,8 @@ class RelayedPipeline:
         self.router.run_in_background(abort(self.router.session, self.main.url, main_rid))
 
     def _signal(self, kind: str, value, prefill1: asyncio.Task):
-        """What one item read from RLD's stream, MD's stream or MD's events is, for the core."""
+        """What one item read from RLD's stream, MD's stream or MD's events is, for the core
+        (a final ``extended`` also puts MD's wait and extend times into the record)."""
         if kind == "event":  # a wire.messages event
             if isinstance(value, Extended) and value.final:
                 self.record.main_waited_s = value.waited_s

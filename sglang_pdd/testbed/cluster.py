@@ -100,24 +100,34 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "sglang_pdd.cli", *args]
 
 
-def _main_specs(cfg: PddClusterConfig, streams: tuple, common: dict):
+def _main_decode_args(cfg: PddClusterConfig, control_port: int, events_port: int) -> tuple:
+    """A Main-Decode's sglang-pdd and SGLang flags in this cluster (its cluster's MDs and any
+    added later alike)."""
+    extra = (
+        "--pdd-role",
+        "main",
+        "--pdd-control-port",
+        str(control_port),
+        "--pdd-control-host",
+        "127.0.0.1",  # reached through the WAN proxies
+        "--disaggregation-decode-enable-radix-cache",
+    )
+    if cfg.incremental_streams:
+        extra += ("--incremental-streaming-output",)
+    if cfg.seeded_sampling:
+        extra += ("--pdd-seeded-sampling",)
+    if cfg.kv_events:
+        extra += ("--kv-events-config", kv_events_config(events_port))
+    return extra
+
+
+def _main_specs(cfg: PddClusterConfig, common: dict):
     """Each MD's ServerSpec (datacenter B) and its (control, KV-events) ports."""
     specs, ports = [], []
     cpus_b = cfg.datacenter_cpus[1]
     for i in range(cfg.mains):
         control_port, events_port = free_port(), free_port()
-        extra = (
-            "--pdd-role",
-            "main",
-            "--pdd-control-port",
-            str(control_port),
-            "--pdd-control-host",
-            "127.0.0.1",  # reached through the WAN proxies
-            "--disaggregation-decode-enable-radix-cache",
-            *streams,
-        )
-        if cfg.kv_events:
-            extra += ("--kv-events-config", kv_events_config(events_port))
+        extra = _main_decode_args(cfg, control_port, events_port)
         specs.append(
             ServerSpec(
                 f"main{i}" if i else "main",
@@ -162,7 +172,7 @@ def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 60
         prefill_args += ("--pdd-seeded-sampling",)
     if cfg.log_transfers:
         prefill_args += ("--pdd-log-transfers",)
-    specs, ports = _main_specs(cfg, streams, common)
+    specs, ports = _main_specs(cfg, common)
     prefill, relay, *mains = group.start(
         ServerSpec("prefill", role="prefill", extra_args=prefill_args, cpus=cpus_a, **common),
         ServerSpec(
@@ -288,22 +298,7 @@ def launch_main_decode(
     command line."""
     cfg = cluster.config
     control_port, events_port = free_port(), free_port()
-    extra = (
-        "--pdd-role",
-        "main",
-        "--pdd-control-port",
-        str(control_port),
-        "--pdd-control-host",
-        "127.0.0.1",
-        "--disaggregation-decode-enable-radix-cache",
-    )
-    if cfg.incremental_streams:
-        extra += ("--incremental-streaming-output",)
-    if cfg.seeded_sampling:
-        extra += ("--pdd-seeded-sampling",)
-    if cfg.kv_events:
-        extra += ("--kv-events-config", kv_events_config(events_port))
-    extra += tuple(extra_args)
+    extra = _main_decode_args(cfg, control_port, events_port) + tuple(extra_args)
     env = dict(env or {})
     if tp_size > 1:  # a Main-Decode accepts it only when told the handoff is unverified
         extra += ("--tp-size", str(tp_size))
