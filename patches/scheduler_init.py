@@ -21,7 +21,8 @@ RECORD = PatchRecord(
         "page size > 1, speculative decoding: they are resolved only "
         "here; config.check_main_decode_modes), give a Main-Decode "
         "scheduler its MainDecodeState (the control socket on the rank that receives "
-        "requests) and register ControlMessages on its _request_dispatcher, and log "
+        "requests) and register ControlMessages on its _request_dispatcher, start a Prefill's "
+        "transfer ledger (--pdd-ledger-port) on the rank that receives requests, and log "
         "one line naming the pid, the role, whether the overlap scheduler runs, the hooks "
         "applied in this process, and whether the sgl_kernel stand-in is active."
     ),
@@ -68,6 +69,13 @@ def hook(original, self, server_args, *args, **kwargs):
             curve=config.control_curve(),
         )
         _dispatch_control_messages(self)
+    if config.role == "prefill" and config.ledger_port and _receives_requests():
+        from sglang_pdd.prefill.ledger_service import LedgerService
+
+        self._pdd_ledger = LedgerService(
+            config.ledger_host, config.ledger_port, config.ledger_claim_ttl_s
+        )
+        self._pdd_ledger.start()
     logger.warning(
         "%s pid=%d role=%s overlap_schedule=%s cpu_kernel_standin=%s targets=%s",
         MARKER,

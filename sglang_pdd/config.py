@@ -109,6 +109,24 @@ class PddServerConfig:
         "Main-Decode: folder of the public keys (NAME.key files) of the routers allowed on the "
         "control socket (with --pdd-control-curve-secret)",
     )
+    # Prefill only: prefill/ledger_service.py
+    ledger_port: int = option(
+        0,
+        "Prefill: TCP port of the transfer ledger, where every router in front of the cluster "
+        "claims the KV blocks it is about to send to a Main-Decode, so that two routers never "
+        "send one prefix across the WAN at once (the routers' --transfer-ledger); 0: none",
+    )
+    ledger_host: str = option(
+        DEFAULT_CONTROL_HOST,
+        "Prefill: address the transfer ledger binds (the interface the routers reach it on). "
+        "Claims carry block hashes, never tokens; a peer on this port can delay a transfer "
+        "(up to --pdd-ledger-claim-ttl-s), never change one",
+    )
+    ledger_claim_ttl_s: float = option(
+        120.0,
+        "Prefill: a claim its router has not dropped for this long ends by itself (a router "
+        "that died holding claims must not make the others wait for good)",
+    )
     # patches/seeded_sampling.py
     seeded_sampling: bool = option(
         False,
@@ -151,6 +169,7 @@ class PddServerConfig:
             raise ValueError(f"--pdd-role={self.role!r}: accepted values are {', '.join(ROLES)}")
         self._check_wan()
         self._check_control()
+        self._check_ledger()
 
     def _check_wan(self) -> None:
         """The emulated WAN's flags (testbed only): together, and where they apply."""
@@ -173,6 +192,24 @@ class PddServerConfig:
                 "--pdd-wan-fault-file is only accepted with --pdd-role prefill and "
                 "--pdd-wan-bandwidth-mbps (the emulated link it cuts)"
             )
+
+    def _check_ledger(self) -> None:
+        """The transfer ledger's flags: only on Prefill."""
+        if self.ledger_port and not 0 < self.ledger_port < 65536:
+            raise ValueError(f"--pdd-ledger-port must be in 1..65535, got {self.ledger_port}")
+        if not self.ledger_claim_ttl_s > 0:
+            raise ValueError(
+                f"--pdd-ledger-claim-ttl-s must be > 0 seconds, got {self.ledger_claim_ttl_s}"
+            )
+        if self.role == "prefill":
+            return
+        for flag, value, default in (
+            ("--pdd-ledger-port", self.ledger_port, 0),
+            ("--pdd-ledger-host", self.ledger_host, DEFAULT_CONTROL_HOST),
+            ("--pdd-ledger-claim-ttl-s", self.ledger_claim_ttl_s, _default("ledger_claim_ttl_s")),
+        ):
+            if value != default:
+                raise ValueError(f"{flag} is only accepted with --pdd-role prefill")
 
     def _check_control(self) -> None:
         """Main-Decode's control socket flags: only on MD, and authenticated off loopback."""

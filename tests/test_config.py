@@ -130,6 +130,20 @@ def test_parked_ttl_is_a_positive_main_decode_flag():
         PddServerConfig(role="relay", parked_ttl_s=5.0)
 
 
+def test_the_transfer_ledger_is_a_prefill_flag():
+    PddServerConfig(role="prefill", ledger_port=5700, ledger_claim_ttl_s=30.0)
+    for role in ("relay", "main", "none"):
+        extra = {"control_port": 5000} if role == "main" else {}
+        with pytest.raises(ValueError, match="--pdd-ledger-port is only accepted with"):
+            PddServerConfig(role=role, ledger_port=5700, **extra)
+    with pytest.raises(ValueError, match="--pdd-ledger-host is only accepted with"):
+        PddServerConfig(role="relay", ledger_host="0.0.0.0")
+    with pytest.raises(ValueError, match="--pdd-ledger-port must be in 1..65535"):
+        PddServerConfig(role="prefill", ledger_port=70000)
+    with pytest.raises(ValueError, match="--pdd-ledger-claim-ttl-s must be > 0"):
+        PddServerConfig(role="prefill", ledger_claim_ttl_s=0.0)
+
+
 def test_the_wan_fault_file_needs_a_prefill_with_the_emulated_link():
     wan = {"wan_bandwidth_mbps": 8.0, "wan_delay_ms": 10.0}
     PddServerConfig(role="prefill", wan_hosts=("127.0.0.2",), wan_fault_file="/x", **wan)

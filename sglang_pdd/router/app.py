@@ -244,6 +244,11 @@ async def server_info(request):
                 "stopping": sorted(state.health.stopping),
                 "prefill_estimate_s": state.prefill_estimate_s,
                 "mains": {url: site.describe() for url, site in state.mains.items()},
+                "transfer_ledger": (
+                    None
+                    if state.ledger is None
+                    else {"endpoint": state.ledger.endpoint, **state.ledger.stats}
+                ),
             },
         }
     )

@@ -179,6 +179,14 @@ class RouterConfig:
         "every instance runs with --pdd-seeded-sampling: accept sampling_seed (OpenAI "
         "seed) with temperature > 0 (refused otherwise: each instance would draw differently)",
     )
+    # router/ledger_client.py: with it, routers sharing one cluster never send a prefix twice.
+    transfer_ledger: str = option(
+        "",
+        "a Prefill's transfer ledger (tcp://HOST:PORT, that Prefill's --pdd-ledger-port): "
+        "claim each transfer's KV blocks there before it leaves, so that two or more routers "
+        "in front of one cluster never send one prefix to a Main-Decode at once; empty: this "
+        "router is the only one",
+    )
     # CURVE keys for every Main-Decode control connection (main_decode/control_auth.py): both
     # or neither.
     control_curve_secret: str = option(
@@ -217,6 +225,10 @@ class RouterConfig:
                 )
         if self.pipeline.enable_relay and not self.relay:
             raise ValueError("--relay is required unless --no-relay is given")
+        if self.transfer_ledger and not self.transfer_ledger.startswith("tcp://"):
+            raise ValueError(
+                f"--transfer-ledger must look like tcp://HOST:PORT, got {self.transfer_ledger!r}"
+            )
 
     def _check_limits(self) -> None:
         """Ports, timeouts, sizes and modes: each value in its accepted range."""

@@ -15,9 +15,11 @@ from sglang_pdd.cache.kv_event_view import KvEventCacheView
 from sglang_pdd.cache.prefix_blocks import BlockPrefixCache, block_hashes, common_prefix_blocks
 from sglang_pdd.router.config import MainEndpoint
 from sglang_pdd.router.kv_events import KvEventSubscriber
+from sglang_pdd.router.ledger_client import LedgerClient
 from sglang_pdd.router.main_control import MainControlClient
-from sglang_pdd.router.transfers import MainTransfers
+from sglang_pdd.router.transfers import SENDING, MainTransfer, MainTransfers
 from sglang_pdd.transfer.link_model import LinkModelConfig, LiveLinkModel
+from sglang_pdd.wire.ledger import Busy
 from sglang_pdd.wire.messages import Event, Ready
 
 logger = logging.getLogger("sglang_pdd.router")
@@ -55,12 +57,18 @@ class MainSite:
         capacity_blocks: int,
         control_timeout_s: float = 5.0,
         curve=None,
+        ledger: LedgerClient | None = None,
     ) -> None:
+        """``ledger``: the transfer ledger shared with other routers (``--transfer-ledger``)."""
         self.endpoint = endpoint
         self.control = MainControlClient(
             endpoint.control, endpoint.url, int(control_timeout_s * 1000), curve=curve
         )
         self.transfers = MainTransfers(LiveLinkModel(link), block_tokens)
+        self.ledger = ledger
+        if ledger is not None:
+            self.transfers.on_forget = self._drop_shared
+            self.transfers.link.others_bytes = lambda: ledger.others_bytes(endpoint.url)
         self.subscriber: KvEventSubscriber | None = None
         if endpoint.kv_events:
             self.subscriber = KvEventSubscriber(endpoint.kv_events, KvEventCacheView())
@@ -86,6 +94,30 @@ class MainSite:
         self.control.start(counting_failures_of)
         if self.subscriber is not None:
             self.subscriber.start(counting_failures_of)
+
+    # -- the transfer ledger shared with other routers --------------------------------------
+    async def claim_shared(self, transfer: MainTransfer) -> str | None:
+        """Claim ``transfer``'s blocks on the shared ledger before its KV leaves: None (go
+        ahead), or the rid of another router's transfer carrying part of them (``transfer``
+        is then dropped here: wait with ``wait_shared`` and plan again)."""
+        if self.ledger is None or transfer.state != SENDING or transfer.shared:
+            return None
+        if not transfer.blocks and not transfer.nbytes:
+            return None  # nothing crosses: MD holds the whole prompt
+        transfer.shared = True  # from here its drop reaches the ledger, after the claim
+        answer = await self.ledger.claim(self.url, transfer.rid, transfer.blocks, transfer.nbytes)
+        if not isinstance(answer, Busy):
+            return None
+        self.transfers.drop(transfer)
+        return answer.holder
+
+    async def wait_shared(self, holder: str) -> None:
+        """Until another router's transfer ``holder`` is over (or a while: then ask again)."""
+        await self.ledger.wait_ended(holder)
+
+    def _drop_shared(self, transfer: MainTransfer) -> None:
+        if transfer.shared:
+            self.ledger.drop(transfer.rid)
 
     async def close(self) -> None:
         await self.control.close()

@@ -280,13 +280,17 @@ class PddRequestRun(RelayedPipeline):
         started = None
         while True:
             transfer, dep = self._try_claim(main_rid, learn=learn)
-            if transfer is not None:
+            holder = None if transfer is None else await self._claim_shared(transfer)
+            if transfer is not None and holder is None:
                 if started is not None:
                     self.record.waited_s = round(self._since() - started, 4)
                 return transfer
             if started is None:
                 started = self._since()
                 self.site.transfers.stats.waited += 1
+            if holder is not None:  # another router's transfer carries part of this prompt
+                await self.site.wait_shared(holder)
+                continue
             self.site.transfers.promote(dep)  # a deferred warm we need goes now
             try:
                 await asyncio.wait_for(dep.off_link.wait(), DEPENDENCY_TIMEOUT_S)
@@ -300,6 +304,14 @@ class PddRequestRun(RelayedPipeline):
                     DEPENDENCY_TIMEOUT_S,
                 )
                 self.site.transfers.drop(dep)
+
+    async def _claim_shared(self, transfer) -> str | None:
+        """Claim ``transfer`` on the ledger shared with other routers: None, or the rid of
+        another router's transfer to wait for (``transfer`` is then dropped)."""
+        holder = await self.site.claim_shared(transfer)
+        if holder is not None:
+            self._transfer = None
+        return holder
 
     def _hashes(self) -> list[int]:
         if self.main_plan is not None:

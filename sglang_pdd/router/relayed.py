@@ -96,6 +96,8 @@ class RelayedPipeline:
             return
         self.site.transfers.mark_warming(main_rid)
         await transfer.dispatch.wait()
+        if transfer.state != DROPPED:
+            await self._claim_shared(transfer)  # dropped if another router's carries it
         if transfer.state == DROPPED:  # a later request of this prefix carried it, or the cap
             control.forget(main_rid)
             return
@@ -150,6 +152,8 @@ class RelayedPipeline:
         claimed = None
         if self.router.config.main_transfer_start == "with-prefill":
             claimed, _ = self._try_claim(main_rid, learn=False)
+            if claimed is not None and await self._claim_shared(claimed) is not None:
+                claimed = None  # another router's transfer carries part of it: the gate waits
         if claimed is not None:
             # Room 2 goes now: MD's bootstrap and prefix match overlap P's prefill, and P holds
             # room 2 until room 1 is prefilled (patches/prefill_twin_hold.py), so its KV leaves

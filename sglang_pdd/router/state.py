@@ -28,6 +28,7 @@ from sglang_pdd.router.auth import upstream_headers
 from sglang_pdd.router.config import MainEndpoint, RouterConfig
 from sglang_pdd.router.health import InstanceHealth
 from sglang_pdd.router.instance_loads import PrefillBacklog, decode_busy_fraction
+from sglang_pdd.router.ledger_client import LedgerClient
 from sglang_pdd.router.main_control import MainControlClient
 from sglang_pdd.router.main_site import MainSite
 from sglang_pdd.router.model_files import load_tokenizer, model_config, model_vocab_size
@@ -39,7 +40,7 @@ from sglang_pdd.transfer.link_model import LinkModelConfig
 logger = logging.getLogger("sglang_pdd.router")
 
 
-def _main_site(config: RouterConfig, main, link: LinkModelConfig) -> MainSite:
+def _main_site(config: RouterConfig, main, link: LinkModelConfig, ledger) -> MainSite:
     return MainSite(
         main,
         link,
@@ -47,6 +48,7 @@ def _main_site(config: RouterConfig, main, link: LinkModelConfig) -> MainSite:
         config.cache_capacity_blocks,
         config.control_timeout_s,
         config.control_curve(),
+        ledger,
     )
 
 
@@ -59,7 +61,9 @@ class RouterState:
         self.handoff_policy = HandoffPolicy(config.handoff)
         self.limits = RequestLimits(config.max_n, config.max_batch_size)
         link = LinkModelConfig(config.wan_bandwidth_mbps * 1e6 / 8, config.wan_rtt_ms / 1000)
-        self.mains = {m.url: _main_site(config, m, link) for m in config.main}
+        # Shared with the other routers in front of this cluster (--transfer-ledger).
+        self.ledger = LedgerClient(config.transfer_ledger) if config.transfer_ledger else None
+        self.mains = {m.url: _main_site(config, m, link, self.ledger) for m in config.main}
         # What each prefill server holds: every prompt it prefilled, LRU (P keeps its radix cache).
         self.prefill_cache = {
             u: BlockPrefixCache(config.cache_capacity_blocks) for u in config.prefill
@@ -122,6 +126,8 @@ class RouterState:
         self.server_info = await self._get(f"{main0}/get_server_info")
         for site in self.mains.values():
             site.start(self.metrics.counting_failures_of)
+        if self.ledger is not None:
+            self.ledger.start(self.metrics.counting_failures_of("transfer ledger"))
         # Decode servers that stream only new ids (--incremental-streaming-output).
         for url in [*self.config.relay, *self.mains]:
             info = await self._get(f"{url}/get_server_info")
@@ -246,6 +252,8 @@ class RouterState:
                     await task
         for site in self.mains.values():
             await site.close()
+        if self.ledger is not None:
+            await self.ledger.close()
         if self.session is not None:
             await self.session.close()
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sglang_pdd.transfer.link_model import LinkObservation, LiveLinkModel
@@ -41,6 +42,7 @@ class MainTransfer:
     nbytes: float
     warming: bool
     learn: bool = True  # its dispatch-to-landing time measures the link alone
+    shared: bool = False  # claimed on the shared transfer ledger (dropped there when forgotten)
     state: str = SENDING
     off_link: asyncio.Event = field(default_factory=asyncio.Event)  # landed, dropped or failed
     dispatch: asyncio.Event = field(default_factory=asyncio.Event)  # a deferred warm may go
@@ -77,6 +79,8 @@ class MainTransfers:
         self._warm_queue: list[MainTransfer] = []
         self._seq = itertools.count()
         self.stats = TransferStats()
+        # Called with each transfer as it is forgotten (landed, dropped, failed).
+        self.on_forget: Callable[[MainTransfer], None] | None = None
 
     # -- queries --------------------------------------------------------------------------
     def dependency(self, hashes: list[int], cached_blocks: int) -> MainTransfer | None:
@@ -198,6 +202,8 @@ class MainTransfers:
         t.state = state
         t.dispatch.set()
         t.off_link.set()
+        if self.on_forget is not None:
+            self.on_forget(t)
 
     def landed(
         self, rid: str, cached_tokens: int | None, kv_bytes: int | None, now: float | None = None

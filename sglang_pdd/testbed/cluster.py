@@ -78,6 +78,7 @@ class PddCluster:
     relay: ServerProcess
     mains: list[MainDecodeSite]
     router: ServerProcess | None = None
+    ledger_port: int | None = None  # P's transfer ledger, shared by every router started here
 
     @property
     def router_url(self) -> str:
@@ -172,6 +173,8 @@ def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 60
         prefill_args += ("--pdd-seeded-sampling",)
     if cfg.log_transfers:
         prefill_args += ("--pdd-log-transfers",)
+    ledger_port = free_port()
+    prefill_args += ("--pdd-ledger-port", str(ledger_port))
     specs, ports = _main_specs(cfg, common)
     prefill, relay, *mains = group.start(
         ServerSpec("prefill", role="prefill", extra_args=prefill_args, cpus=cpus_a, **common),
@@ -189,7 +192,7 @@ def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 60
         _main_site(group, cfg, i, main, control_port, events_port)
         for i, (main, (control_port, events_port)) in enumerate(zip(mains, ports, strict=True))
     ]
-    cluster = PddCluster(cfg, prefill, relay, sites)
+    cluster = PddCluster(cfg, prefill, relay, sites, ledger_port=ledger_port)
     cluster.router = start_router(group, cluster)
     return cluster
 
@@ -482,6 +485,8 @@ def write_topology(
 
     cfg = cluster.config
     site_a = [{"name": "prefill", "role": "prefill", **where(cluster.prefill.url)}]
+    if cluster.ledger_port is not None:
+        site_a[0]["ledger_port"] = cluster.ledger_port
     site_a += [
         {"name": f"relay-{i}", "role": "relay", **where(url)} for i, url in enumerate(relay_urls)
     ]

@@ -30,7 +30,7 @@ def namespace_of(site: str) -> str:
 
 
 def _ports(inst: Instance) -> list[dict]:
-    named = [("http", inst.port), ("bootstrap", inst.bootstrap_port)]
+    named = [("http", inst.port), ("bootstrap", inst.bootstrap_port), ("ledger", inst.ledger_port)]
     named += [("control", inst.control_port), ("kv-events", inst.kv_events_port)]
     return [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in named if p is not None]
 

@@ -71,6 +71,8 @@ def server_argv(
             argv += ["--disaggregation-bootstrap-port", str(inst.bootstrap_port)]
         if remote := t.remote_hosts(site):
             argv += ["--pdd-wan-hosts", ",".join(remote)]
+        if inst.ledger_port is not None:
+            argv += ["--pdd-ledger-port", str(inst.ledger_port), "--pdd-ledger-host", host]
     if inst.role == "main":
         argv += ["--disaggregation-decode-enable-radix-cache"]
         argv += ["--pdd-control-port", str(inst.control_port), "--pdd-control-host", host]

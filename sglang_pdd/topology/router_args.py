@@ -17,6 +17,7 @@ from sglang_pdd.topology.schema import Topology
 
 # Flags the file owns: giving them beside --topology would make two sources of instances.
 INSTANCE_FLAGS = ("--prefill", "--relay", "--main", "--main-control", "--main-kv-events")
+INSTANCE_FLAGS += ("--transfer-ledger",)
 _KEY_FLAGS = {
     "api_key_env": "--api-key",
     "admin_api_key_env": "--admin-api-key",
@@ -31,6 +32,8 @@ def router_argv(t: Topology, environ: Mapping[str, str] = os.environ) -> list[st
     argv += ["--wan-bandwidth-mbps", str(t.wan.bandwidth_mbps), "--wan-rtt-ms", str(t.wan.rtt_ms)]
     for _, inst in t.instances("prefill"):
         argv += ["--prefill", inst.http_url]
+        if inst.ledger_endpoint is not None:
+            argv += ["--transfer-ledger", inst.ledger_endpoint]
     relays = t.instances("relay")
     for _, inst in relays:
         argv += ["--relay", inst.http_url]

@@ -14,7 +14,8 @@
       A:
         ib_device: mlx5_0                     # RDMA within the site (Mooncake)
         instances:
-          - {name: prefill-0, role: prefill, host: 10.0.0.1, port: 30000, tp: 8}
+          - {name: prefill-0, role: prefill, host: 10.0.0.1, port: 30000, tp: 8,
+             ledger_port: 5700}                 # the routers' shared transfer ledger
           - {name: relay-0, role: relay, host: 10.0.0.2, port: 30000, tp: 1}
       B:
         instances:
@@ -55,6 +56,7 @@ class Instance(_Spec):
     chips: list[int] = []  # accelerator indices (CUDA_VISIBLE_DEVICES); empty: all visible
     url: str | None = None  # how the router reaches its HTTP port (default http://host:port)
     bootstrap_port: int | None = None  # prefill: --disaggregation-bootstrap-port
+    ledger_port: int | None = None  # prefill: --pdd-ledger-port (one per deployment)
     control_port: int | None = None  # main: --pdd-control-port
     control_url: str | None = None  # main: how the router reaches it (default tcp://host:port)
     kv_events_port: int | None = None  # main: its KV-event publisher
@@ -74,6 +76,12 @@ class Instance(_Spec):
         if self.control_port is None:
             return None
         return self.control_url or f"tcp://{self.host}:{self.control_port}"
+
+    @property
+    def ledger_endpoint(self) -> str | None:
+        if self.ledger_port is None:
+            return None
+        return f"tcp://{self.host}:{self.ledger_port}"
 
     @property
     def kv_events_endpoint(self) -> str | None:
@@ -203,6 +211,11 @@ def check_topology(t: Topology) -> None:
             problems.append(f"sites.{t.router.site}: the router's site needs a prefill instance")
         if not any(i.role == "main" for s, i in t.instances() if s != t.router.site):
             problems.append("sites: the other site needs a main instance")
+    ledgers = [i.name for _, i in t.instances("prefill") if i.ledger_port is not None]
+    if len(ledgers) > 1:
+        problems.append(
+            f"sites: ledger_port on {', '.join(ledgers)}: the routers share one transfer ledger"
+        )
     mains = [i for _, i in t.instances("main")]
     with_events = [i.kv_events_port is not None for i in mains]
     if any(with_events) and not all(with_events):
@@ -219,7 +232,7 @@ def check_topology(t: Topology) -> None:
 
 def _ports(inst: Instance) -> list[tuple[str, int]]:
     ports = [("port", inst.port)]
-    for field in ("bootstrap_port", "control_port", "kv_events_port"):
+    for field in ("bootstrap_port", "ledger_port", "control_port", "kv_events_port"):
         if (value := getattr(inst, field)) is not None:
             ports.append((field, value))
     return ports
@@ -258,8 +271,9 @@ def _check_instance(key: str, inst: Instance, in_router_site: bool) -> list[str]
             "loopback, in the clear: kv_events_insecure: true (and a private link), or no "
             "kv_events_port"
         )
-    if inst.role != "prefill" and inst.bootstrap_port is not None:
-        problems.append(f"{key}.bootstrap_port: only a prefill instance takes it")
+    for field in ("bootstrap_port", "ledger_port"):
+        if inst.role != "prefill" and getattr(inst, field) is not None:
+            problems.append(f"{key}.{field}: only a prefill instance takes it")
     if inst.role in ("prefill", "relay") and not in_router_site:
         problems.append(f"{key}.role: {inst.role} belongs in the router's site")
     for field in ("url",):

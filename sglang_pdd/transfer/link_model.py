@@ -16,6 +16,7 @@ It is clock-agnostic (callers pass ``now``), so the router (wall clock) and the 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sglang_pdd.policy.pipeline import LinkEstimate
@@ -82,12 +83,16 @@ class LiveLinkModel:
         self._sw = self._sx = self._sy = self._sxx = self._sxy = 0.0
         self._prior_slope = 1.0 / config.prior_bandwidth_bytes_per_s
         self.observations = 0
+        # Bytes others put on this path that this model did not start (another router's, as a
+        # shared transfer ledger reports them); None: this model sees every transfer.
+        self.others_bytes: Callable[[], float] | None = None
 
     # -- state ----------------------------------------------------------------------------
     @property
     def queued_bytes(self) -> float:
         """Bytes dispatched on this path whose KV has not landed yet."""
-        return sum(t.nbytes for t in self._inflight.values())
+        others = self.others_bytes() if self.others_bytes is not None else 0.0
+        return sum(t.nbytes for t in self._inflight.values()) + others
 
     @property
     def in_flight(self) -> int:

@@ -201,3 +201,77 @@ def test_incremental_router_stream_adds_up_to_the_plain_answer(
     # The client made the chunks cumulative; the router sent each id exactly once.
     assert len(streamed.token_times) >= 2 and streamed.token_times[-1][1] == 120
     wait_router_settled(router)
+
+
+def test_two_routers_share_one_cluster_without_duplicate_transfers(
+    server_group, pdd_cluster, colocated
+):
+    """Two routers in front of one cluster, requests dealt to them in turn (as a TCP load
+    balancer would): four sessions sharing a system prompt start at once, two through each
+    router. Every output equals the co-located server's, and the shared prompt crosses the WAN
+    once: the routers claim their transfers on P's ledger, so the second router's first turns
+    wait for the first router's transfer instead of sending the prompt again."""
+    import itertools
+
+    from sglang_pdd.testbed.cluster import start_router
+
+    second = start_router(server_group, pdd_cluster, name="router-second")
+    routers = [pdd_cluster.router, second]
+    for router in routers:
+        wait_router_settled(router.url)
+    before = [next(iter(_info(r.url)["mains"].values())) for r in routers]
+    turn = itertools.count()
+
+    def send(body):
+        return generate(routers[next(turn) % 2].url, body, stream=True)
+
+    sessions = agentic_sessions(
+        AgenticConfig(
+            sessions=4,
+            turns=2,
+            system_tokens=600,
+            context_tokens=300,
+            user_tokens=20,
+            tool_tokens=60,
+            cold_fraction=0.0,
+            side_call_fraction=0.0,
+            output_tokens=32,
+            turn_interval_s=0.1,
+            stagger_s=0.0,
+            seed=17,  # a system prompt no earlier test sent
+        )
+    )
+    results = run_workload(sessions, send)
+    assert len(results) == 8 and all(r.status == 200 for r in results), [r.error for r in results]
+    references = generate_all(
+        colocated.url, [_greedy(r.prompt_ids, len(r.output_ids)) for r in results]
+    )
+    for r, expected in zip(results, references, strict=True):
+        assert r.output_ids == expected.output_ids, (r.sid, r.turn)
+    for router in routers:
+        wait_router_settled(router.url)
+    late = {}
+    for router in routers:
+        late |= _late_cached_tokens(router.log_text())
+    landed = {
+        r.record["instance_rid"]: r.record["main_cached_tokens"]
+        if r.record["main_cached_tokens"] is not None
+        else late.get(r.record["instance_rid"])
+        for r in results
+    }
+    cached = sorted(v for v in landed.values() if v is not None)
+    assert len(cached) >= 2, [r.record for r in results]
+    # One request carried the system prompt; every other found it in MD's cache.
+    assert all(tokens >= 512 for tokens in cached[1:]), landed
+    for router, was in zip(routers, before, strict=True):
+        info = _info(router.url)
+        now = next(iter(info["mains"].values()))
+        assert now["duplicate_transfers"] == was["duplicate_transfers"]
+        assert now["deferred_warms"] == 0
+        # Other routers' bytes, as the ledger last reported them, count for a moment more.
+        _wait_for(
+            lambda u=router.url: next(iter(_info(u)["mains"].values()))["link_queued_bytes"] == 0,
+            "the link's queue to empty",
+        )
+        ledger = info["transfer_ledger"]
+        assert ledger["granted"] > 0 and ledger["unanswered"] == ledger["refused"] == 0, ledger

@@ -40,7 +40,8 @@ def test_manifests_name_the_topologys_ports_and_flags(site):
         (container,) = spec["containers"]
         command = container["command"]
         ports = {p["containerPort"] for p in container["ports"]}
-        wanted = {inst.port, inst.bootstrap_port, inst.control_port, inst.kv_events_port}
+        wanted = {inst.port, inst.bootstrap_port, inst.ledger_port}
+        wanted |= {inst.control_port, inst.kv_events_port}
         assert ports == wanted - {None}
         assert {p["port"] for p in services[inst.name]["spec"]["ports"]} == ports
         assert command[command.index("--port") + 1] == str(inst.port)
@@ -49,6 +50,8 @@ def test_manifests_name_the_topologys_ports_and_flags(site):
         assert container["resources"]["limits"]["nvidia.com/gpu"] == inst.tp
         if inst.control_port is not None:
             assert command[command.index("--pdd-control-port") + 1] == str(inst.control_port)
+        if inst.ledger_port is not None:
+            assert command[command.index("--pdd-ledger-port") + 1] == str(inst.ledger_port)
         assert deployments[inst.name]["metadata"]["namespace"] == namespace_of(site)
     if site == t.router.site:
         router = deployments["sglang-pdd-router"]["spec"]

@@ -38,6 +38,7 @@ def test_each_role_gets_the_flags_it_needs():
     )
     assert p.pdd_wan_hosts == ("10.1.0.21",) and p.disaggregation_ib_device == "mlx5_0"
     assert p.disaggregation_bootstrap_port == 8998
+    assert (p.pdd_ledger_port, p.pdd_ledger_host) == (5700, "10.0.0.11")
     r = _parse(relay.argv)
     assert (r.pdd_role, r.disaggregation_mode) == ("relay", "decode")
     m = _parse(main_decode.argv)

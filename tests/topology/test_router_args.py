@@ -30,6 +30,7 @@ def test_the_file_sets_instances_wan_options_and_keys():
     assert (c.wan_bandwidth_mbps, c.wan_rtt_ms, c.port, c.host) == (10000, 40, 8000, "0.0.0.0")
     assert (c.handoff.mode, c.handoff_switch) == ("auto", "overlap")
     assert (c.api_key, c.admin_api_key) == ("user-key", "admin-key")
+    assert c.transfer_ledger == "tcp://10.0.0.11:5700"  # the prefill's ledger_port
 
 
 def test_flags_after_the_file_win():

@@ -50,6 +50,19 @@ MISTAKES = [
     (lambda r: r["sites"]["A"]["instances"][1].update(control_port=1), "only a main instance"),
     (lambda r: r["sites"]["A"]["instances"][1].update(name="prefill-0"), "is used twice"),
     (lambda r: r["wan"].update(bandwidth_mbps=0), "wan: bandwidth_mbps must be > 0"),
+    (lambda r: _main(r).update(ledger_port=5700), "ledger_port: only a prefill instance"),
+    (
+        lambda r: r["sites"]["A"]["instances"].append(
+            {
+                "name": "prefill-1",
+                "role": "prefill",
+                "host": "10.0.0.13",
+                "port": 1,
+                "ledger_port": 2,
+            }
+        ),
+        "the routers share one transfer ledger",
+    ),
     (lambda r: r.pop("wan"), "(top level): Object missing required field `wan`"),
     (lambda r: _main(r).update(url="10.1.0.21:30000"), "url: an http(s):// URL"),
 ]

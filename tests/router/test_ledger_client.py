@@ -1,0 +1,75 @@
+"""Two routers' ledger clients against a real ledger socket: claim, wait, drop; and a ledger
+that never answers holds nothing up."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sglang_pdd.prefill.ledger_service import LedgerService
+from sglang_pdd.router import ledger_client
+from sglang_pdd.router.config import MainEndpoint
+from sglang_pdd.router.ledger_client import LedgerClient
+from sglang_pdd.router.main_site import MainSite
+from sglang_pdd.testbed.ports import free_port
+from sglang_pdd.transfer.link_model import LinkModelConfig
+
+LINK = LinkModelConfig(1e6, 0.01)
+
+
+def _site(ledger: LedgerClient) -> MainSite:
+    endpoint = MainEndpoint("http://127.0.0.2:1", "tcp://127.0.0.2:2")
+    return MainSite(endpoint, LINK, block_tokens=4, capacity_blocks=64, ledger=ledger)
+
+
+def test_a_second_router_waits_for_the_first_routers_transfer():
+    port = free_port()
+    service = LedgerService("127.0.0.1", port, ttl_s=60)
+    service.start()
+
+    async def run():
+        a, b = LedgerClient(f"tcp://127.0.0.1:{port}"), LedgerClient(f"tcp://127.0.0.1:{port}")
+        a.start(), b.start()
+        site_a, site_b = _site(a), _site(b)
+        try:
+            ta = site_a.transfers.start("a1", [11, 12, 13], 0, 300.0)
+            assert await site_a.claim_shared(ta) is None and ta.shared
+            tb = site_b.transfers.start("b1", [11, 12, 14], 0, 300.0)
+            assert await site_b.claim_shared(tb) == "a1"
+            assert site_b.transfers.hashes_of("b1") == []  # dropped: it waits instead
+            # B's link model now counts A's bytes as queued ahead.
+            assert site_b.transfers.link.queued_bytes == 300.0
+            waiter = asyncio.ensure_future(site_b.wait_shared("a1"))
+            await asyncio.sleep(0)
+            assert not waiter.done()
+            site_a.transfers.landed("a1", cached_tokens=0, kv_bytes=300)  # drops the claim
+            await asyncio.wait_for(waiter, 1.0)  # woken by Ended, not by its recheck timeout
+            tb = site_b.transfers.start("b1", [11, 12, 14], 2, 100.0)
+            assert await site_b.claim_shared(tb) is None
+            assert (a.stats["granted"], b.stats["granted"], b.stats["busy"]) == (1, 1, 1)
+        finally:
+            await a.close()
+            await b.close()
+
+    try:
+        asyncio.run(run())
+    finally:
+        service.close()
+    assert len(service.table) == 1  # b1's claim, still open: its KV never landed here
+
+
+def test_a_ledger_that_never_answers_lets_the_transfer_go(monkeypatch):
+    monkeypatch.setattr(ledger_client, "CLAIM_TIMEOUT_S", 0.05)
+
+    async def run():
+        silent = LedgerClient(f"tcp://127.0.0.1:{free_port()}")  # nothing listens there
+        silent.start()
+        try:
+            site = _site(silent)
+            t = site.transfers.start("r1", [1, 2], 0, 10.0)
+            assert await silent.claim("http://md", "r1", [1, 2], 10.0) is None
+            assert await site.claim_shared(t) is None
+            assert silent.stats["unanswered"] == 2
+        finally:
+            await silent.close()
+
+    asyncio.run(run())
