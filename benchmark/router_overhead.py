@@ -9,7 +9,13 @@ latency per token (router minus direct gap, P50/P99; and the median end-to-end d
 a stream's tokens, which does not depend on how each path groups tokens into chunks) and the
 router's CPU per token (from /proc).
 
+With ``--routers 1,2`` the router path runs once through one router and once through two
+routers in front of the same cluster (sharing P's transfer ledger; streams dealt to them in
+turn, as a TCP load balancer would), and each path's throughput (tokens per second of wall
+time) is printed beside the rest.
+
     bash scripts/with-env.sh python benchmark/router_overhead.py --streams 16,100
+    bash scripts/with-env.sh python benchmark/router_overhead.py --streams 64 --routers 1,2
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from pathlib import Path
 import aiohttp
 from tqdm import tqdm
 
-from sglang_pdd.testbed.cluster import PddClusterConfig, start_cluster
+from sglang_pdd.testbed.cluster import PddClusterConfig, start_cluster, start_router
 from sglang_pdd.testbed.launcher import ServerGroup
 from sglang_pdd.transfer.wan_link import WanLinkConfig
 
@@ -84,12 +90,14 @@ async def _direct(session, cluster, body: dict, gaps: list[float]) -> tuple[int,
 
 
 async def _batch(mode: str, cluster, streams: int, args, rng: random.Random) -> dict:
+    """``mode``: "direct", or a list of router URLs the streams are dealt to in turn."""
     gaps: list[float] = []
+    started = time.perf_counter()
     limits = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
     async with aiohttp.ClientSession(connector=limits, timeout=timeout) as session:
 
-        async def one():
+        async def one(i: int):
             ids = [rng.randrange(5, args.vocab) for _ in range(args.prompt_tokens)]
             body = {
                 "input_ids": ids,
@@ -101,14 +109,15 @@ async def _batch(mode: str, cluster, streams: int, args, rng: random.Random) -> 
             }
             if mode == "direct":
                 return await _direct(session, cluster, body, gaps)
-            return await _stream(session, cluster.router_url, body, gaps)
+            return await _stream(session, mode[i % len(mode)], body, gaps)
 
-        results = await asyncio.gather(*(one() for _ in range(streams)), return_exceptions=True)
+        results = await asyncio.gather(*(one(i) for i in range(streams)), return_exceptions=True)
     ok = [r for r in results if not isinstance(r, BaseException)]
     return {
         "gaps": gaps,
         "e2e": [e for _, e in ok],
         "tokens": sum(t for t, _ in ok),
+        "wall_s": time.perf_counter() - started,
         "errors": len(results) - len(ok),
         "error_sample": next(
             (repr(r)[:160] for r in results if isinstance(r, BaseException)), None
@@ -116,38 +125,50 @@ async def _batch(mode: str, cluster, streams: int, args, rng: random.Random) -> 
     }
 
 
-def _measure(cluster, streams: int, args, rng: random.Random) -> dict:
+def _measure(cluster, routers: dict[str, list], streams: int, args, rng) -> list[dict]:
+    """Rows for ``streams``: the direct path, then each router path (name -> its routers)."""
+    paths = {"direct": None, **routers}
     totals = {
-        m: {"gaps": [], "e2e": [], "tokens": 0, "errors": 0, "error_sample": None}
-        for m in ("direct", "router")
+        m: {"gaps": [], "e2e": [], "tokens": 0, "wall_s": 0.0, "errors": 0, "error_sample": None}
+        for m in paths
     }
-    cpu = 0.0
+    cpu = dict.fromkeys(routers, 0.0)
+    order = list(paths)
     for r in tqdm(range(args.rounds), desc=f"{streams} streams", unit="round"):
-        for mode in ("direct", "router") if r % 2 == 0 else ("router", "direct"):
-            before = _cpu_seconds(cluster.router.proc.pid)
+        for name in order if r % 2 == 0 else order[::-1]:
+            procs = paths[name] or []
+            before = sum(_cpu_seconds(p.proc.pid) for p in procs)
+            mode = "direct" if not procs else [p.url for p in procs]
             out = asyncio.run(_batch(mode, cluster, streams, args, rng))
-            if mode == "router":
-                cpu += _cpu_seconds(cluster.router.proc.pid) - before
-            agg = totals[mode]
+            if procs:
+                cpu[name] += sum(_cpu_seconds(p.proc.pid) for p in procs) - before
+            agg = totals[name]
             for key in ("gaps", "e2e"):
                 agg[key] += out[key]
-            agg["tokens"] += out["tokens"]
-            agg["errors"] += out["errors"]
+            for key in ("tokens", "wall_s", "errors"):
+                agg[key] += out[key]
             agg["error_sample"] = agg["error_sample"] or out["error_sample"]
-    d, r = totals["direct"], totals["router"]
-    return {
-        "streams": streams,
-        "direct": _summary(d),
-        "router": _summary(r),
-        "added_per_token_ms_p50": 1e3 * (_pct(r["gaps"], 0.5) - _pct(d["gaps"], 0.5)),
-        "added_per_token_ms_p99": 1e3 * (_pct(r["gaps"], 0.99) - _pct(d["gaps"], 0.99)),
-        "router_cpu_ms_per_token": 1e3 * cpu / max(r["tokens"], 1),
-        # Robust to how differently the two paths batch tokens into chunks: the median
-        # end-to-end difference spread over a stream's tokens.
-        "added_e2e_ms_per_token": 1e3
-        * (_summary(r)["e2e_s_p50"] - _summary(d)["e2e_s_p50"])
-        / args.max_new_tokens,
-    }
+    d = totals["direct"]
+    rows = []
+    for name in routers:
+        r = totals[name]
+        rows.append(
+            {
+                "streams": streams,
+                "routers": name,
+                "direct": _summary(d),
+                "router": _summary(r),
+                "added_per_token_ms_p50": 1e3 * (_pct(r["gaps"], 0.5) - _pct(d["gaps"], 0.5)),
+                "added_per_token_ms_p99": 1e3 * (_pct(r["gaps"], 0.99) - _pct(d["gaps"], 0.99)),
+                "router_cpu_ms_per_token": 1e3 * cpu[name] / max(r["tokens"], 1),
+                # Robust to how differently the two paths batch tokens into chunks: the median
+                # end-to-end difference spread over a stream's tokens.
+                "added_e2e_ms_per_token": 1e3
+                * (_summary(r)["e2e_s_p50"] - _summary(d)["e2e_s_p50"])
+                / args.max_new_tokens,
+            }
+        )
+    return rows
 
 
 def _summary(agg: dict) -> dict:
@@ -158,22 +179,28 @@ def _summary(agg: dict) -> dict:
         "gap_ms_p50": 1e3 * _pct(agg["gaps"], 0.5),
         "gap_ms_p99": 1e3 * _pct(agg["gaps"], 0.99),
         "e2e_s_p50": statistics.median(agg["e2e"]) if agg["e2e"] else float("nan"),
+        "tokens_per_s": agg["tokens"] / agg["wall_s"] if agg["wall_s"] else float("nan"),
     }
 
 
 def _print(rows: list[dict]) -> None:
     head = (
-        f"{'streams':>7} {'path':<7} {'tokens':>7} {'err':>4} {'gap p50':>8} {'gap p99':>8} "
-        f"{'E2E p50':>8} | {'added/token p50':>15} {'p99':>7} {'E2E/token':>9} "
+        f"{'streams':>7} {'path':<9} {'tokens':>7} {'err':>4} {'gap p50':>8} {'gap p99':>8} "
+        f"{'E2E p50':>8} {'tok/s':>7} | {'added/token p50':>15} {'p99':>7} {'E2E/token':>9} "
         f"{'router CPU/token':>16}"
     )
     print(head)
     print("-" * len(head))
+    shown_direct = set()
     for row in rows:
         for path in ("direct", "router"):
+            if path == "direct" and row["streams"] in shown_direct:
+                continue
+            shown_direct.add(row["streams"])
             s = row[path]
-            extra = ""
+            extra, name = "", "direct"
             if path == "router":
+                name = row["routers"]
                 extra = (
                     f" | {row['added_per_token_ms_p50']:>13.2f}ms "
                     f"{row['added_per_token_ms_p99']:>5.2f}ms "
@@ -181,9 +208,9 @@ def _print(rows: list[dict]) -> None:
                     f"{row['router_cpu_ms_per_token']:>14.3f}ms"
                 )
             print(
-                f"{row['streams']:>7} {path:<7} {s['tokens']:>7} {s['errors']:>4} "
+                f"{row['streams']:>7} {name:<9} {s['tokens']:>7} {s['errors']:>4} "
                 f"{s['gap_ms_p50']:>6.1f}ms {s['gap_ms_p99']:>6.1f}ms {s['e2e_s_p50']:>7.2f}s"
-                f"{extra}"
+                f" {s['tokens_per_s']:>7.0f}{extra}"
             )
             if s["error_sample"]:
                 print(f"        first error: {s['error_sample']}")
@@ -220,6 +247,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-path", default=None, help="default: a generated 2-layer model")
     ap.add_argument("--streams", default="16,100", help="comma-separated concurrencies")
     ap.add_argument("--rounds", type=int, default=2, help="alternating direct/router rounds")
+    ap.add_argument(
+        "--routers",
+        default="1",
+        help="comma-separated router counts to measure (e.g. 1,2: one router, then two "
+        "sharing P's transfer ledger)",
+    )
     ap.add_argument("--prompt-tokens", type=int, default=64)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--max-total-tokens", type=int, default=131072)
@@ -230,8 +263,14 @@ def main(argv: list[str] | None = None) -> int:
         levels = [int(x) for x in args.streams.split(",") if x.strip()]
     except ValueError:
         ap.error(f"--streams: comma-separated integers, got {args.streams!r}")
+    try:
+        counts = [int(x) for x in args.routers.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--routers: comma-separated integers, got {args.routers!r}")
     if not levels or min(levels) < 1 or args.rounds < 1:
         ap.error("--streams needs positive integers and --rounds >= 1")
+    if not counts or min(counts) < 1:
+        ap.error("--routers needs positive integers")
     workdir = Path(tempfile.mkdtemp(prefix="sglang-pdd-router-overhead-"))
     model = args.model_path
     if model is None:
@@ -254,12 +293,17 @@ def main(argv: list[str] | None = None) -> int:
     with ServerGroup(log_dir=workdir / "logs") as group:
         print(f"starting P, MD and a router (logs: {group.log_dir}) ...", flush=True)
         cluster = start_cluster(group, cfg)
+        fleet = [cluster.router]
+        for i in range(1, max(counts)):
+            fleet.append(start_router(group, cluster, name=f"router-{i + 1}"))
+        routers = {(f"{n} router" + "s" * (n > 1)): fleet[:n] for n in counts}
         for streams in levels:
             print(f"{streams} concurrent streams x {args.rounds} rounds ...", flush=True)
-            rows.append(_measure(cluster, streams, args, rng))
+            rows += _measure(cluster, routers, streams, args, rng)
     _print(rows)
-    if 100 in levels:
-        print(_goal_verdict(rows[levels.index(100)]))
+    for row in rows:
+        if row["streams"] == 100:
+            print(f"{row['routers']}: {_goal_verdict(row)}")
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
