@@ -108,7 +108,10 @@ def _generate_chunk(run: ClientRun, event, incremental: bool) -> dict:
             "text": run.text.sent if reason is None else run.text.full(),
             "output_ids": list(run.text.ids),
         }
-    return {**chunk, "meta_info": run.meta(reason, since=before if incremental else 0)}
+    # The record rides the last chunk only: copied and encoded for every token it was the
+    # largest part of the router's per-token work (docs/costs.md).
+    since = before if incremental else 0
+    return {**chunk, "meta_info": run.meta(reason, since=since, record=reason is not None)}
 
 
 async def _generate_many(

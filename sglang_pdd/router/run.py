@@ -202,16 +202,17 @@ class ClientRun:
             await self.run.abort_everywhere()
         await self.run.close()
 
-    def meta(self, finish_reason, since: int = 0) -> dict:
-        """SGLang's ``meta_info``; logprob entries from output token ``since`` on."""
-        record = self.run.record.as_dict()
+    def meta(self, finish_reason, since: int = 0, record: bool = True) -> dict:
+        """SGLang's ``meta_info``; logprob entries from output token ``since`` on; ``record``:
+        with the request's ``PddRecord`` as ``pdd``."""
         meta = {
             "id": self.rid,
             "finish_reason": finish_reason,
             "prompt_tokens": self.run.prompt_tokens,
             "completion_tokens": len(self.text.ids),
-            "pdd": record,
         }
+        if record:
+            meta["pdd"] = self.run.record.as_dict()
         if self.logprobs:  # input logprobs: only logprob_start_len -1 is served (none)
             meta.update(
                 input_token_logprobs=[],

@@ -104,6 +104,10 @@ def test_one_shot_matches_colocated(pdd_cluster, colocated, stream):
             assert record["finished_on"] == "relay" and record["main_tokens"] == 0, record
         if stream:  # the streamed text is the plain server's whole answer
             assert got.chunks[-1]["text"] == got.body["text"] == expected.body["text"]
+            # The record rides the last chunk only (it is final there).
+            assert [("pdd" in c["meta_info"]) for c in got.chunks] == [False] * (
+                len(got.chunks) - 1
+            ) + [True]
     # Requests that finished on RLD were released on MD: once the router's leftover
     # sub-requests end, no instance holds any request's KV.
     wait_router_settled(pdd_cluster.router_url)

@@ -1,0 +1,148 @@
+"""The floor under the router's CPU per streamed token: HTTP servers that do nothing else.
+
+A bare aiohttp server on uvloop (the router's stack) streams SGLang-shaped ``/generate`` chunks
+(cumulative ``output_ids``, a small ``meta_info``, orjson) to concurrent clients, one chunk per
+token, paced like a decode step. In front of it, a bare proxy on the same stack reads each
+chunk from it and writes it to its client, as the router does with MD's stream, and nothing
+else. Their CPU per token (from /proc) is what writing (server) and relaying (proxy) one
+server-sent event per token cost on this host before any routing, detokenizing or record
+keeping; ``benchmark/router_overhead.py``'s router CPU per token is to be read against the
+proxy's.
+
+    bash scripts/with-env.sh python benchmark/sse_floor.py --streams 64 --tokens 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import time
+from pathlib import Path
+
+import aiohttp
+from tqdm import tqdm
+
+from sglang_pdd.testbed.ports import free_port
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100.0
+
+
+def _serve(port: int, step_s: float) -> None:
+    """The bare server: each stream sends ``tokens`` chunks, one per decode step."""
+    import orjson
+    import uvloop
+    from aiohttp import web
+
+    options = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+
+    async def generate(request: web.Request) -> web.StreamResponse:
+        tokens = int(request.query["tokens"])
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        ids: list[int] = []
+        for i in range(tokens):
+            await asyncio.sleep(step_s)
+            ids.append(1000 + i % 100)
+            chunk = {
+                "text": "x" * len(ids),
+                "output_ids": list(ids),
+                "meta_info": {"id": "r", "completion_tokens": len(ids), "finish_reason": None},
+            }
+            await resp.write(b"data: " + orjson.dumps(chunk, option=options) + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/generate", generate)
+    loop = uvloop.new_event_loop()
+    asyncio.set_event_loop(loop)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, loop=loop)
+
+
+def _proxy(port: int, upstream: str) -> None:
+    """The bare relay: one upstream stream per client stream, each read chunk written on."""
+    import uvloop
+    from aiohttp import web
+
+    async def generate(request: web.Request) -> web.StreamResponse:
+        session = request.app["session"]
+        async with session.get(upstream, params=request.query) as up:
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            async for data in up.content.iter_any():
+                await resp.write(data)
+        return resp
+
+    async def open_session(app):
+        app["session"] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        yield
+        await app["session"].close()
+
+    app = web.Application()
+    app.cleanup_ctx.append(open_session)
+    app.router.add_get("/generate", generate)
+    loop = uvloop.new_event_loop()
+    asyncio.set_event_loop(loop)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, loop=loop)
+
+
+async def _clients(url: str, streams: int, tokens: int) -> int:
+    got = 0
+
+    async def one() -> None:
+        nonlocal got
+        async with session.get(url, params={"tokens": str(tokens)}) as resp:
+            async for raw in resp.content:
+                if raw.startswith(b"data:") and b"[DONE]" not in raw:
+                    got += 1
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        await asyncio.gather(*(one() for _ in range(streams)))
+    return got
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--streams", type=int, default=64)
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--step-ms", type=float, default=7.0, help="seconds between a stream's chunks")
+    args = ap.parse_args(argv)
+    spawn = multiprocessing.get_context("spawn")
+    port, proxy_port = free_port(), free_port()
+    server = spawn.Process(target=_serve, args=(port, args.step_ms / 1000), daemon=True)
+    url = f"http://127.0.0.1:{port}/generate"
+    proxy = spawn.Process(target=_proxy, args=(proxy_port, url), daemon=True)
+    server.start()
+    proxy.start()
+    proxy_url = f"http://127.0.0.1:{proxy_port}/generate"
+    for _ in range(300):  # both are up once the proxy answers
+        try:
+            asyncio.run(_clients(proxy_url, 1, 1))
+            break
+        except aiohttp.ClientConnectionError:
+            time.sleep(0.1)
+    cpu = {"server": 0.0, "proxy": 0.0}
+    chunks = 0
+    for _ in tqdm(range(args.rounds), desc="rounds", unit="round"):
+        before = {"server": _cpu_seconds(server.pid), "proxy": _cpu_seconds(proxy.pid)}
+        chunks += asyncio.run(_clients(proxy_url, args.streams, args.tokens))
+        cpu["server"] += _cpu_seconds(server.pid) - before["server"]
+        cpu["proxy"] += _cpu_seconds(proxy.pid) - before["proxy"]
+    proxy.terminate()
+    server.terminate()
+    print(
+        f"{args.streams} streams x {args.tokens} tokens x {args.rounds} rounds, {chunks} chunks "
+        "through a bare aiohttp+uvloop server and a bare proxy in front of it:"
+    )
+    for name, what in (("server", "writes each chunk"), ("proxy", "reads and writes each")):
+        print(f"  {name:<6} ({what}): CPU per chunk {1e3 * cpu[name] / chunks:.3f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
