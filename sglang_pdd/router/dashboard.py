@@ -67,6 +67,11 @@ PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
         ],
     ),
     (
+        "Router replicas: transfer ledger claims",
+        "reqps",
+        [("sum by (result) (rate(sglang_pdd:ledger_claims_total[5m]))", "{{result}}")],
+    ),
+    (
         "Errors by status, refused at capacity",
         "reqps",
         [

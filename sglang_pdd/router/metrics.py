@@ -101,13 +101,34 @@ class _InstanceCollector:
         yield from (up, breaker)
 
 
+class _LedgerCollector:
+    """The answers of the transfer ledger shared with other routers, read at scrape time (no
+    samples without ``--transfer-ledger``)."""
+
+    def __init__(self, ledger) -> None:
+        self._ledger = ledger  # router/ledger_client.py's LedgerClient, or None
+
+    def collect(self):
+        claims = CounterMetricFamily(
+            "sglang_pdd:ledger_claims",
+            "claims of transfers on the shared transfer ledger, by its answer: granted, busy "
+            "(another router's transfer carried the prefix: waited for it), unanswered or "
+            "refused (sent unclaimed)",
+            labels=["result"],
+        )
+        if self._ledger is not None:
+            for result, count in self._ledger.stats.items():
+                claims.add_metric([result], count)
+        yield claims
+
+
 class RouterMetrics:
     """The router's metrics in their own registry (no process-global state), named as SGLang's.
 
     ``roles``/``health``: every instance's role and the router's ``InstanceHealth`` (none
-    given: no instance gauges)."""
+    given: no instance gauges); ``ledger``: the shared transfer ledger's client, if any."""
 
-    def __init__(self, mains: dict, roles: dict[str, str] | None = None, health=None):
+    def __init__(self, mains: dict, roles: dict[str, str] | None = None, health=None, ledger=None):
         disable_created_metrics()  # SGLang's exporters leave out the *_created series too
         self.registry = r = CollectorRegistry()
 
@@ -159,6 +180,7 @@ class RouterMetrics:
             "handoff_gap_seconds", "the client-visible gap at each final handoff"
         )
         r.register(_SiteCollector(mains))
+        r.register(_LedgerCollector(ledger))
         if roles is not None and health is not None:
             r.register(_InstanceCollector(roles, health))
 

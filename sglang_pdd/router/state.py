@@ -87,7 +87,7 @@ class RouterState:
         self.health = InstanceHealth(config.breaker)
         roles = {u: "prefill" for u in config.prefill} | {u: "relay" for u in config.relay}
         roles |= {m.url: "main" for m in config.main}
-        self.metrics = RouterMetrics(self.mains, roles, self.health)
+        self.metrics = RouterMetrics(self.mains, roles, self.health, self.ledger)
         self.session: aiohttp.ClientSession | None = None
         self.bootstrap: dict[str, tuple[str, int]] = {}
         self.model_info: dict = {}

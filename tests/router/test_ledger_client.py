@@ -10,6 +10,7 @@ from sglang_pdd.router import ledger_client
 from sglang_pdd.router.config import MainEndpoint
 from sglang_pdd.router.ledger_client import LedgerClient
 from sglang_pdd.router.main_site import MainSite
+from sglang_pdd.router.metrics import RouterMetrics
 from sglang_pdd.testbed.ports import free_port
 from sglang_pdd.transfer.link_model import LinkModelConfig
 
@@ -46,6 +47,8 @@ def test_a_second_router_waits_for_the_first_routers_transfer():
             tb = site_b.transfers.start("b1", [11, 12, 14], 2, 100.0)
             assert await site_b.claim_shared(tb) is None
             assert (a.stats["granted"], b.stats["granted"], b.stats["busy"]) == (1, 1, 1)
+            text = RouterMetrics({}, ledger=b).render().decode()
+            assert 'sglang_pdd:ledger_claims_total{result="busy"} 1.0' in text
         finally:
             await a.close()
             await b.close()
