@@ -5,7 +5,9 @@ Before a transfer to a Main-Decode leaves, the router claims its blocks there
 router waits for its ``Ended`` (re-asking every ``RECHECK_S``, so a ledger that restarted and
 forgot its claims costs at most that), then lets MD ask for what is still missing. A ledger that
 does not answer within ``CLAIM_TIMEOUT_S`` or refuses never holds a request up: the transfer
-goes unclaimed (counted, logged) as it would with a single router.
+goes unclaimed (counted, logged) as it would with a single router, and for ``SILENT_SKIP_S``
+after a claim went unanswered the next ones go unclaimed at once (a Prefill that is down costs
+one timeout, not one per request).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ logger = logging.getLogger("sglang_pdd.router")
 CLAIM_TIMEOUT_S = 0.5  # the ledger is in the router's own datacenter
 RECHECK_S = 2.0  # a waiter asks again this often, in case an ``Ended`` was lost
 SHARED_BYTES_FRESH_S = 2.0  # how long the ledger's word on other routers' bytes is used
+SILENT_SKIP_S = 2.0  # after an unanswered claim, claims go unclaimed this long without asking
 
 
 class LedgerClient:
@@ -44,6 +47,7 @@ class LedgerClient:
         self._ended: dict[str, asyncio.Event] = {}
         self._shared: dict[str, tuple[float, float]] = {}  # main -> (bytes, when learned)
         self._reader: asyncio.Task | None = None
+        self._silent_until = 0.0  # monotonic time until which the ledger is taken as down
         self.stats = {"granted": 0, "busy": 0, "unanswered": 0, "refused": 0}
 
     def start(self, on_failure=None) -> None:
@@ -63,6 +67,9 @@ class LedgerClient:
     ) -> wire.Granted | wire.Busy | None:
         """Claim ``blocks`` on ``main`` for ``rid``: ``Granted``, ``Busy`` (wait with
         ``wait_ended``), or None when the ledger did not answer (send unclaimed)."""
+        if time.monotonic() < self._silent_until:
+            self.stats["unanswered"] += 1
+            return None
         future = asyncio.get_running_loop().create_future()
         self._answers[rid] = future
         message = wire.Claim(rid=rid, main=main, blocks=list(blocks), nbytes=float(nbytes))
@@ -71,12 +78,14 @@ class LedgerClient:
             answer = await asyncio.wait_for(self._ask(message, future), CLAIM_TIMEOUT_S)
         except (zmq.Again, TimeoutError) as exc:
             self.stats["unanswered"] += 1
+            self._silent_until = time.monotonic() + SILENT_SKIP_S
             logger.warning(
                 "sglang-pdd router: transfer ledger %s did not answer the claim of %s (%s); "
-                "sending it unclaimed",
+                "sending it and the next %g s of transfers unclaimed",
                 self.endpoint,
                 rid,
                 type(exc).__name__,
+                SILENT_SKIP_S,
             )
             return None
         finally:

@@ -70,6 +70,12 @@ def test_a_ledger_that_never_answers_lets_the_transfer_go(monkeypatch):
             site = _site(silent)
             t = site.transfers.start("r1", [1, 2], 0, 10.0)
             assert await silent.claim("http://md", "r1", [1, 2], 10.0) is None
+
+            # Taken as down for a while: the next claim does not ask (and wait) again.
+            async def must_not_ask(*_args):
+                raise AssertionError("asked a ledger taken as down")
+
+            silent._ask = must_not_ask
             assert await site.claim_shared(t) is None
             assert silent.stats["unanswered"] == 2
         finally:
