@@ -1,4 +1,5 @@
-"""Main-Decode keeps serving whatever arrives on its control socket (malformed, forged ids)."""
+"""Main-Decode keeps serving whatever arrives on its control socket (malformed, forged ids), and
+Prefill whatever arrives on its transfer ledger."""
 
 from __future__ import annotations
 
@@ -113,6 +114,65 @@ def test_generated_control_messages_leave_main_decode_serving(pdd_cluster, coloc
         sock.close()
     assert len(sent) >= 100, len(sent)
     _still_serves_identically(pdd_cluster, colocated, seed=79)
+
+
+_ledger_frames = st.one_of(
+    st.binary(max_size=300).map(lambda b: [b]),
+    shaped.map(lambda d: [json.dumps(d).encode()]),
+    st.fixed_dictionaries(
+        {
+            "op": st.sampled_from(["claim", "drop", "steal"]),
+            "rid": st.text("abc", min_size=1, max_size=4).map(lambda r: f"fuzz-{r}"),
+        },
+        optional={
+            "main": st.sampled_from(["http://md", 7, ""]),
+            "blocks": st.lists(st.integers(-2, 2**64), max_size=6),
+            "nbytes": st.floats(allow_nan=True),
+        },
+    ).map(lambda d: [json.dumps(d).encode()]),
+    st.lists(st.binary(max_size=20), min_size=2, max_size=3),
+)
+
+
+def test_generated_ledger_messages_leave_prefill_and_its_ledger_serving(pdd_cluster, colocated):
+    """Generated messages (hypothesis) to Prefill's transfer ledger: every well-framed one is
+    answered, the ledger still grants a real claim after them, and the cluster still answers
+    as the co-located server does. The fuzzer's claims end with its drops or their TTL; their
+    blocks are hashes no prompt has, so no router waits on them."""
+    from sglang_pdd.wire import ledger as wire
+
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(f"tcp://127.0.0.1:{pdd_cluster.ledger_port}")
+    sent = []
+
+    @settings(
+        max_examples=60,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(st.lists(_ledger_frames, min_size=1, max_size=8))
+    def send(batch):
+        for frames in batch:
+            sock.send_multipart(frames)
+            sent.append(frames)
+        while sock.poll(0):
+            wire.decode_event(sock.recv())  # every answer is a well-formed event
+
+    try:
+        send()
+        sock.send(wire.encode(wire.Claim(rid="last", main="http://fuzz", blocks=[1], nbytes=1)))
+        last = None
+        while sock.poll(60_000):
+            last = wire.decode_event(sock.recv())
+            if last.rid == "last":
+                break
+        assert last == wire.Granted("last", 0.0), last
+        sock.send(wire.encode(wire.Drop(rid="last")))
+    finally:
+        sock.close()
+    assert len(sent) >= 100, len(sent)
+    _still_serves_identically(pdd_cluster, colocated, seed=83)
 
 
 def test_a_main_decode_with_curve_keys_serves_its_router_and_refuses_other_peers(
