@@ -111,9 +111,11 @@ class ClientRun:
             metrics.failed.labels(str(exc.status)).inc()
             raise
         finally:
-            self._unlist()
+            if completed:
+                self._unlist()
             # The clean-up runs as its own task: a client that leaves cancels this handler
-            # (perhaps more than once), and the aborts must still reach every instance.
+            # (perhaps more than once), and the aborts must still reach every instance. An
+            # unfinished request stays listed until they have (its clean-up unlists it).
             await asyncio.shield(self.state.run_in_background(self._clean_up(completed)))
 
     def _unlist(self) -> None:
@@ -198,9 +200,12 @@ class ClientRun:
         self.state.live[self.rid] = run.record
 
     async def _clean_up(self, completed: bool) -> None:
-        if not completed:
-            await self.run.abort_everywhere()
-        await self.run.close()
+        try:
+            if not completed:
+                await self.run.abort_everywhere()
+            await self.run.close()
+        finally:
+            self._unlist()
 
     def meta(self, finish_reason, since: int = 0, record: bool = True) -> dict:
         """SGLang's ``meta_info``; logprob entries from output token ``since`` on; ``record``:

@@ -28,6 +28,24 @@ def _late_cached_tokens(router_log: str) -> dict[str, int]:
     return out
 
 
+def _assert_prompt_crossed_once(results, routers) -> None:
+    """The sessions' shared system prompt (512+ tokens) crossed the WAN once: one request
+    carried it and every other found it in MD's cache when its own KV landed (from its record,
+    or, for a turn RLD finished before its KV landed, from its router's log)."""
+    late = {}
+    for router in routers:
+        late |= _late_cached_tokens(router.log_text())
+    landed = {
+        r.record["instance_rid"]: r.record["main_cached_tokens"]
+        if r.record["main_cached_tokens"] is not None
+        else late.get(r.record["instance_rid"])
+        for r in results
+    }
+    cached = sorted(v for v in landed.values() if v is not None)
+    assert len(cached) >= 2, [r.record for r in results]
+    assert all(tokens >= 512 for tokens in cached[1:]), landed
+
+
 def _info(router_url: str) -> dict:
     return requests.get(f"{router_url}/get_server_info", timeout=30).json()["pdd_router"]
 
@@ -87,16 +105,7 @@ def test_concurrent_sessions_match_colocated_without_duplicate_transfers(pdd_clu
     # carrying it (transfer_waits) or claimed after that transfer had landed depends on how fast
     # P's queue drains, so neither path is asserted alone; and a turn RLD finished before its
     # KV landed reports that KV in the router's log, not in its record.
-    late = _late_cached_tokens(pdd_cluster.router.log_text())
-    landed = {
-        r.record["instance_rid"]: r.record["main_cached_tokens"]
-        if r.record["main_cached_tokens"] is not None
-        else late.get(r.record["instance_rid"])
-        for r in results
-    }
-    cached = sorted(v for v in landed.values() if v is not None)
-    assert len(cached) >= 2, [r.record for r in results]
-    assert all(tokens >= 512 for tokens in cached[1:]), landed
+    _assert_prompt_crossed_once(results, [pdd_cluster.router])
     assert after["link_queued_bytes"] == 0 and after["deferred_warms"] == 0
     metrics = requests.get(f"{router}/metrics", timeout=30).text
     for name in (
@@ -250,19 +259,7 @@ def test_two_routers_share_one_cluster_without_duplicate_transfers(
         assert r.output_ids == expected.output_ids, (r.sid, r.turn)
     for router in routers:
         wait_router_settled(router.url)
-    late = {}
-    for router in routers:
-        late |= _late_cached_tokens(router.log_text())
-    landed = {
-        r.record["instance_rid"]: r.record["main_cached_tokens"]
-        if r.record["main_cached_tokens"] is not None
-        else late.get(r.record["instance_rid"])
-        for r in results
-    }
-    cached = sorted(v for v in landed.values() if v is not None)
-    assert len(cached) >= 2, [r.record for r in results]
-    # One request carried the system prompt; every other found it in MD's cache.
-    assert all(tokens >= 512 for tokens in cached[1:]), landed
+    _assert_prompt_crossed_once(results, routers)
     for router, was in zip(routers, before, strict=True):
         info = _info(router.url)
         now = next(iter(info["mains"].values()))

@@ -77,12 +77,9 @@ _frames = st.one_of(
 )
 
 
-def test_generated_control_messages_leave_main_decode_serving(pdd_cluster, colocated):
-    """A few hundred generated control messages (hypothesis) to MD's control socket through
-    the WAN link: MD stays up and its answers stay identical to the co-located server's."""
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(pdd_cluster.control_via_wan)
+def _send_generated(sock, frames, read_answer) -> list:
+    """Send batches of generated ``frames`` (hypothesis) on ``sock``, reading each answer that
+    has come with ``read_answer``; returns every message sent."""
     sent = []
 
     @settings(
@@ -90,16 +87,27 @@ def test_generated_control_messages_leave_main_decode_serving(pdd_cluster, coloc
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
-    @given(st.lists(_frames, min_size=1, max_size=8))
+    @given(st.lists(frames, min_size=1, max_size=8))
     def send(batch):
-        for frames in batch:
-            sock.send_multipart(frames)
-            sent.append(frames)
-        while sock.poll(0):  # MD's error replies: read, so none piles up
-            sock.recv_multipart()
+        for message in batch:
+            sock.send_multipart(message)
+            sent.append(message)
+        while sock.poll(0):
+            read_answer()
 
+    send()
+    return sent
+
+
+def test_generated_control_messages_leave_main_decode_serving(pdd_cluster, colocated):
+    """A few hundred generated control messages (hypothesis) to MD's control socket through
+    the WAN link: MD stays up and its answers stay identical to the co-located server's."""
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(pdd_cluster.control_via_wan)
     try:
-        send()
+        # MD's error replies are read as they come, so none piles up.
+        sent = _send_generated(sock, _frames, lambda: sock.recv_multipart())
         # One message MD must answer proves it read everything sent before it (one socket).
         sock.send(
             json.dumps({"op": "handoff", "rid": "last.pdd-relayed", "token_ids": [-1]}).encode()
@@ -144,23 +152,9 @@ def test_generated_ledger_messages_leave_prefill_and_its_ledger_serving(pdd_clus
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(f"tcp://127.0.0.1:{pdd_cluster.ledger_port}")
-    sent = []
-
-    @settings(
-        max_examples=60,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
-    @given(st.lists(_ledger_frames, min_size=1, max_size=8))
-    def send(batch):
-        for frames in batch:
-            sock.send_multipart(frames)
-            sent.append(frames)
-        while sock.poll(0):
-            wire.decode_event(sock.recv())  # every answer is a well-formed event
-
     try:
-        send()
+        # Every answer must be a well-formed event.
+        sent = _send_generated(sock, _ledger_frames, lambda: wire.decode_event(sock.recv()))
         sock.send(wire.encode(wire.Claim(rid="last", main="http://fuzz", blocks=[1], nbytes=1)))
         last = None
         while sock.poll(60_000):
