@@ -49,8 +49,10 @@ class _Upstream:
         await resp.prepare(request)
         for n in range(1, self.total + 1):
             chunk = {"output_ids": list(range(n)), "meta_info": {"finish_reason": None}}
-            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            # Counted before the write: a write may yield, and the gate may see this chunk
+            # (and run on_hold) before the count would move after it.
             self.sent = n
+            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
             if self.die_after is not None and n >= self.die_after:
                 while not self.die.is_set():
                     await asyncio.sleep(0.01)
