@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster = start_cluster(group, cfg)
         fleet = [cluster.router]
         for i in range(1, max(counts)):
-            fleet.append(start_router(group, cluster, name=f"router-{i + 1}"))
+            fleet.append(start_router(group, cluster, name=f"router-{i + 1}", shared_ledger=True))
         routers = {(f"{n} router" + "s" * (n > 1)): fleet[:n] for n in counts}
         for streams in levels:
             print(f"{streams} concurrent streams x {args.rounds} rounds ...", flush=True)

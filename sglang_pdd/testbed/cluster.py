@@ -193,7 +193,7 @@ def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 60
         for i, (main, (control_port, events_port)) in enumerate(zip(mains, ports, strict=True))
     ]
     cluster = PddCluster(cfg, prefill, relay, sites, ledger_port=ledger_port)
-    cluster.router = start_router(group, cluster)
+    cluster.router = start_router(group, cluster, shared_ledger=True)
     return cluster
 
 
@@ -372,6 +372,7 @@ def start_router(
     relay_url: str | None = None,
     mains: list[MainDecodeSite] | None = None,
     relays: list[str] | None = None,
+    shared_ledger: bool = False,
     **overrides,
 ) -> ServerProcess:
     """Start a(nother) router in front of ``cluster``; ``overrides`` replace config fields
@@ -384,7 +385,11 @@ def start_router(
     ``instance_check_interval_s``, ``prefill_backlog_limit_s``, ``prefill_backlog_window_s``
     (None: the router's default)), and
     ``relay_url`` reaches Relay-Decode another way (e.g. through a slow proxy), ``relays`` lists
-    several Relay-Decodes instead, ``mains`` replaces the Main-Decodes it routes to."""
+    several Relay-Decodes instead, ``mains`` replaces the Main-Decodes it routes to.
+    ``shared_ledger``: claim transfers on P's transfer ledger, as the cluster's own router
+    does (the routers that share it never send one prefix twice at once). Off for the tests'
+    other routers: a test that stalls a router's MD link on purpose keeps its claims open, and
+    another test's router sending the same prompt would wait for them."""
     cfg = cluster.config
     opts = router_options(cfg)
     if unknown := set(overrides) - set(opts):
@@ -402,6 +407,7 @@ def start_router(
         relays or [relay_url or cluster.relay.url],
         mains or cluster.mains,
         port,
+        ledger=shared_ledger,
     )
     router = group.launch_command(
         name,
@@ -472,7 +478,12 @@ def router_flags(opts: dict) -> list[str]:
 
 
 def write_topology(
-    path: Path, cluster: PddCluster, relay_urls: list[str], mains: list[MainDecodeSite], port: int
+    path: Path,
+    cluster: PddCluster,
+    relay_urls: list[str],
+    mains: list[MainDecodeSite],
+    port: int,
+    ledger: bool = False,
 ) -> Path:
     """A topology file (``sglang_pdd/topology/schema.py``) for a router on ``cluster``: P and
     the Relay-Decodes at ``relay_urls`` in datacenter A, ``mains`` in B, each reached as the
@@ -485,7 +496,7 @@ def write_topology(
 
     cfg = cluster.config
     site_a = [{"name": "prefill", "role": "prefill", **where(cluster.prefill.url)}]
-    if cluster.ledger_port is not None:
+    if ledger and cluster.ledger_port is not None:
         site_a[0]["ledger_port"] = cluster.ledger_port
     site_a += [
         {"name": f"relay-{i}", "role": "relay", **where(url)} for i, url in enumerate(relay_urls)

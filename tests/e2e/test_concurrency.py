@@ -224,7 +224,7 @@ def test_two_routers_share_one_cluster_without_duplicate_transfers(
 
     from sglang_pdd.testbed.cluster import start_router
 
-    second = start_router(server_group, pdd_cluster, name="router-second")
+    second = start_router(server_group, pdd_cluster, name="router-second", shared_ledger=True)
     routers = [pdd_cluster.router, second]
     for router in routers:
         wait_router_settled(router.url)
