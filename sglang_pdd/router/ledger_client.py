@@ -48,7 +48,8 @@ class LedgerClient:
         self._shared: dict[str, tuple[float, float]] = {}  # main -> (bytes, when learned)
         self._reader: asyncio.Task | None = None
         self._silent_until = 0.0  # monotonic time until which the ledger is taken as down
-        self.stats = {"granted": 0, "busy": 0, "unanswered": 0, "refused": 0}
+        # overdue: sent unclaimed after waiting too long on others (``MainSite.claim_shared``).
+        self.stats = {"granted": 0, "busy": 0, "unanswered": 0, "refused": 0, "overdue": 0}
 
     def start(self, on_failure=None) -> None:
         if self._reader is None:

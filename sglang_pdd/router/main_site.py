@@ -25,6 +25,9 @@ from sglang_pdd.wire.messages import Event, Ready
 logger = logging.getLogger("sglang_pdd.router")
 RECENT_S = 30.0  # how long MD's own reports stand in for KV events not yet received
 RECENT_MAX = 4096
+# How long a request waits on other routers' transfers before sending its KV unclaimed (the
+# same bound as a wait on this router's own transfers, ``pdd_request.DEPENDENCY_TIMEOUT_S``).
+SHARED_WAIT_LIMIT_S = 60.0
 
 
 class LandedPrefixMirror:
@@ -96,24 +99,34 @@ class MainSite:
             self.subscriber.start(counting_failures_of)
 
     # -- the transfer ledger shared with other routers --------------------------------------
-    async def claim_shared(self, transfer: MainTransfer) -> str | None:
+    async def claim_shared(self, transfer: MainTransfer, waited_s: float = 0.0) -> str | None:
         """Claim ``transfer``'s blocks on the shared ledger before its KV leaves: None (go
         ahead), or the rid of another router's transfer carrying part of them (``transfer``
-        is then dropped here: wait with ``wait_shared`` and plan again)."""
+        is then dropped here: wait with the ledger's ``wait_ended`` and plan again).
+
+        ``waited_s``: how long this request has already waited on other routers' transfers.
+        Past ``SHARED_WAIT_LIMIT_S`` it goes unclaimed: a router that died holding a claim
+        delays others by that bound, not by the ledger's claim TTL."""
         if self.ledger is None or transfer.state != SENDING or transfer.shared:
             return None
         if not transfer.blocks and not transfer.nbytes:
             return None  # nothing crosses: MD holds the whole prompt
+        if waited_s >= SHARED_WAIT_LIMIT_S:
+            self.ledger.stats["overdue"] += 1
+            logger.warning(
+                "sglang-pdd router: %s waited %.0f s on other routers' transfers to %s; "
+                "sending it unclaimed",
+                transfer.rid,
+                waited_s,
+                self.url,
+            )
+            return None
         transfer.shared = True  # from here its drop reaches the ledger, after the claim
         answer = await self.ledger.claim(self.url, transfer.rid, transfer.blocks, transfer.nbytes)
         if not isinstance(answer, Busy):
             return None
         self.transfers.drop(transfer)
         return answer.holder
-
-    async def wait_shared(self, holder: str) -> None:
-        """Until another router's transfer ``holder`` is over (or a while: then ask again)."""
-        await self.ledger.wait_ended(holder)
 
     def _drop_shared(self, transfer: MainTransfer) -> None:
         if transfer.shared:

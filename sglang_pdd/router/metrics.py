@@ -113,7 +113,8 @@ class _LedgerCollector:
             "sglang_pdd:ledger_claims",
             "claims of transfers on the shared transfer ledger, by its answer: granted, busy "
             "(another router's transfer carried the prefix: waited for it), unanswered or "
-            "refused (sent unclaimed)",
+            "refused (sent unclaimed), overdue (sent unclaimed after waiting on others' transfers "
+            "for SHARED_WAIT_LIMIT_S)",
             labels=["result"],
         )
         if self._ledger is not None:

@@ -280,7 +280,8 @@ class PddRequestRun(RelayedPipeline):
         started = None
         while True:
             transfer, dep = self._try_claim(main_rid, learn=learn)
-            holder = None if transfer is None else await self._claim_shared(transfer)
+            waited = 0.0 if started is None else self._since() - started
+            holder = None if transfer is None else await self._claim_shared(transfer, waited)
             if transfer is not None and holder is None:
                 if started is not None:
                     self.record.waited_s = round(self._since() - started, 4)
@@ -289,7 +290,7 @@ class PddRequestRun(RelayedPipeline):
                 started = self._since()
                 self.site.transfers.stats.waited += 1
             if holder is not None:  # another router's transfer carries part of this prompt
-                await self.site.wait_shared(holder)
+                await self.site.ledger.wait_ended(holder)
                 continue
             self.site.transfers.promote(dep)  # a deferred warm we need goes now
             try:
@@ -305,10 +306,10 @@ class PddRequestRun(RelayedPipeline):
                 )
                 self.site.transfers.drop(dep)
 
-    async def _claim_shared(self, transfer) -> str | None:
+    async def _claim_shared(self, transfer, waited_s: float = 0.0) -> str | None:
         """Claim ``transfer`` on the ledger shared with other routers: None, or the rid of
         another router's transfer to wait for (``transfer`` is then dropped)."""
-        holder = await self.site.claim_shared(transfer)
+        holder = await self.site.claim_shared(transfer, waited_s)
         if holder is not None:
             self._transfer = None
         return holder

@@ -27,7 +27,8 @@ from typing import Annotated
 
 import msgspec
 
-from sglang_pdd.wire.messages import MAX_RID_CHARS, Rid
+from sglang_pdd.wire import codec
+from sglang_pdd.wire.messages import Rid
 
 MAX_LEDGER_MESSAGE_BYTES = 8 << 20  # a claim of ~500k blocks; anything larger is refused
 MAX_MAIN_CHARS = 1024
@@ -110,9 +111,5 @@ def decode_event(payload: bytes) -> LedgerEvent:
     return _decode(_event_decoder, payload, "ledger event")
 
 
-def rid_of(payload: bytes) -> str | None:
-    """The rid of a refused message when one can be read (to tell its sender), else None."""
-    from sglang_pdd.wire.codec import rid_of as control_rid_of
-
-    rid = control_rid_of(payload)
-    return rid if rid is not None and len(rid) <= MAX_RID_CHARS else None
+# A refused message's rid (to tell its sender): the control codec reads it the same way.
+rid_of = codec.rid_of

@@ -17,6 +17,26 @@ from sglang_pdd.testbed.workload import AgenticConfig, agentic_sessions
 pytestmark = pytest.mark.servers
 
 
+def _shared_prompt_sessions(turns: int, output_tokens: int, seed: int):
+    """Four sessions sharing a 600-token system prompt, all starting at once (``seed`` picks
+    the prompt): the load under which two requests would send one prefix twice."""
+    config = AgenticConfig(
+        sessions=4,
+        turns=turns,
+        system_tokens=600,
+        context_tokens=300,
+        user_tokens=20,
+        tool_tokens=60,
+        cold_fraction=0.0,
+        side_call_fraction=0.0,
+        output_tokens=output_tokens,
+        turn_interval_s=0.1,
+        stagger_s=0.0,
+        seed=seed,
+    )
+    return agentic_sessions(config)
+
+
 def _late_cached_tokens(router_log: str) -> dict[str, int]:
     """instance rid -> MD's cached prompt tokens, for the requests whose KV landed after their
     answer ended (the router's ``pdd-late-transfer`` lines)."""
@@ -74,22 +94,7 @@ def test_concurrent_sessions_match_colocated_without_duplicate_transfers(pdd_clu
     router = pdd_cluster.router_url
     wait_router_settled(router)
     before = next(iter(_info(router)["mains"].values()))
-    sessions = agentic_sessions(
-        AgenticConfig(
-            sessions=4,
-            turns=3,
-            system_tokens=600,
-            context_tokens=300,
-            user_tokens=20,
-            tool_tokens=60,
-            cold_fraction=0.0,
-            side_call_fraction=0.0,
-            output_tokens=48,
-            turn_interval_s=0.1,
-            stagger_s=0.0,
-            seed=3,
-        )
-    )
+    sessions = _shared_prompt_sessions(turns=3, output_tokens=48, seed=3)
     results = run_workload(sessions, lambda body: generate(router, body, stream=True))
     assert len(results) == 12 and all(r.status == 200 for r in results), [r.error for r in results]
     references = generate_all(
@@ -234,22 +239,8 @@ def test_two_routers_share_one_cluster_without_duplicate_transfers(
     def send(body):
         return generate(routers[next(turn) % 2].url, body, stream=True)
 
-    sessions = agentic_sessions(
-        AgenticConfig(
-            sessions=4,
-            turns=2,
-            system_tokens=600,
-            context_tokens=300,
-            user_tokens=20,
-            tool_tokens=60,
-            cold_fraction=0.0,
-            side_call_fraction=0.0,
-            output_tokens=32,
-            turn_interval_s=0.1,
-            stagger_s=0.0,
-            seed=17,  # a system prompt no earlier test sent
-        )
-    )
+    # A system prompt no earlier test sent.
+    sessions = _shared_prompt_sessions(turns=2, output_tokens=32, seed=17)
     results = run_workload(sessions, send)
     assert len(results) == 8 and all(r.status == 200 for r in results), [r.error for r in results]
     references = generate_all(

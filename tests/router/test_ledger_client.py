@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from sglang_pdd.prefill.ledger_service import LedgerService
-from sglang_pdd.router import ledger_client
+from sglang_pdd.router import ledger_client, main_site
 from sglang_pdd.router.config import MainEndpoint
 from sglang_pdd.router.ledger_client import LedgerClient
 from sglang_pdd.router.main_site import MainSite
@@ -39,7 +39,7 @@ def test_a_second_router_waits_for_the_first_routers_transfer():
             assert site_b.transfers.hashes_of("b1") == []  # dropped: it waits instead
             # B's link model now counts A's bytes as queued ahead.
             assert site_b.transfers.link.queued_bytes == 300.0
-            waiter = asyncio.ensure_future(site_b.wait_shared("a1"))
+            waiter = asyncio.ensure_future(b.wait_ended("a1"))
             await asyncio.sleep(0)
             assert not waiter.done()
             site_a.transfers.landed("a1", cached_tokens=0, kv_bytes=300)  # drops the claim
@@ -82,3 +82,40 @@ def test_a_ledger_that_never_answers_lets_the_transfer_go(monkeypatch):
             await silent.close()
 
     asyncio.run(run())
+
+
+def test_a_claim_held_past_the_wait_limit_is_sent_unclaimed():
+    """A router that died holding a claim delays the others by ``SHARED_WAIT_LIMIT_S``, not by
+    the ledger's TTL: a request that has waited that long sends its KV without claiming."""
+    port = free_port()
+    service = LedgerService("127.0.0.1", port, ttl_s=600)
+    service.start()
+
+    async def run():
+        dead, live = (
+            LedgerClient(f"tcp://127.0.0.1:{port}"),
+            LedgerClient(f"tcp://127.0.0.1:{port}"),
+        )
+        dead.start(), live.start()
+        site_dead, site_live = _site(dead), _site(live)
+        try:
+            held = site_dead.transfers.start("d1", [21, 22], 0, 200.0)
+            assert await site_dead.claim_shared(held) is None  # never dropped: its router died
+            t = site_live.transfers.start("l1", [21, 22], 0, 200.0)
+            assert await site_live.claim_shared(t, waited_s=1.0) == "d1"
+            limit = main_site.SHARED_WAIT_LIMIT_S
+            t = site_live.transfers.start("l1", [21, 22], 0, 200.0)
+            assert await site_live.claim_shared(t, waited_s=limit) is None
+            assert not t.shared  # unclaimed: its drop does not reach the ledger
+            assert site_live.transfers.hashes_of("l1") == [21, 22]  # it goes
+            assert (live.stats["busy"], live.stats["overdue"]) == (1, 1)
+            text = RouterMetrics({}, ledger=live).render().decode()
+            assert 'sglang_pdd:ledger_claims_total{result="overdue"} 1.0' in text
+        finally:
+            await dead.close()
+            await live.close()
+
+    try:
+        asyncio.run(run())
+    finally:
+        service.close()
