@@ -145,6 +145,10 @@ class RouterMetrics:
         self.output_tokens = counter(
             "output_tokens", "output tokens streamed, by the instance that made them", "instance"
         )
+        # Its two children, made once: every streamed chunk counts its tokens on one.
+        self.output_tokens_of = {
+            source: self.output_tokens.labels(source) for source in ("relay", "main")
+        }
         self.wan_bytes = counter("wan_bytes", "KV bytes Main-Decode received")
         self.background_failures = counter(
             "background_task_failures",

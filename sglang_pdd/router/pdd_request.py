@@ -340,17 +340,15 @@ class PddRequestRun(RelayedPipeline):
         self.site.confirm_cached(list(self.body["input_ids"]) + list(output_ids))
 
     # -- pipelines --------------------------------------------------------------------------
-    async def events(self):
-        """Yield ``TokenDelta``s then one ``Finished``; raise ``UpstreamError`` on bad input."""
+    def events(self):
+        """``TokenDelta``s then one ``Finished`` (an async generator); raises ``UpstreamError``
+        on bad input. The pipeline's own generator, not one wrapping it: every chunk passes
+        through it."""
         if self.decision.pipeline == PIPELINE_P_MD:
-            async for event in self._main_only():
-                yield event
-        elif self.decision.pipeline == PIPELINE_P_RLD:
-            async for event in self._relay_only():
-                yield event
-        else:
-            async for event in self._relayed():
-                yield event
+            return self._main_only()
+        if self.decision.pipeline == PIPELINE_P_RLD:
+            return self._relay_only()
+        return self._relayed()
 
     async def _main_only(self):
         rid = self.ids.main

@@ -81,7 +81,7 @@ class ClientRun:
                     else:
                         metrics.itl.observe(now - last)
                     last = now
-                    metrics.output_tokens.labels(event.source).inc(len(event.token_ids))
+                    metrics.output_tokens_of[event.source].inc(len(event.token_ids))
                     if self.logprobs:
                         self.token_logprobs.extend(event.logprobs)
                         self.top_logprobs.extend(event.top_logprobs)

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from sglang_pdd.router.text import StreamingText
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+from sglang_pdd.router.model_files import load_tokenizer
+from sglang_pdd.router.text import StreamingText, rust_decoder
+from sglang_pdd.testbed.tiny_model import TinyModelConfig, _write_tokenizer
 
 EOS = 0
 
@@ -76,3 +86,75 @@ def test_multibyte_characters_wait_for_their_last_byte():
     euro = list("€".encode())
     assert text.add(euro[:1]) == "" and text.add(euro[1:2]) == ""
     assert text.add(euro[2:]) == "€" and text.add(list(b"x")) == "x"
+
+
+# -- the Rust DecodeStream path against the Python window, on real tokenizers ------------------
+
+
+class PythonOnly:
+    """The same tokenizer seen through ``decode`` alone: ``StreamingText`` keeps the window."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def decode(self, ids, skip_special_tokens=True):
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+
+def _byte_level(tmp: Path):
+    """The tiny model's tokenizer: byte-level BPE (GPT-2, Llama 3, Qwen style)."""
+    _write_tokenizer(TinyModelConfig(vocab=512), tmp)
+    return load_tokenizer(str(tmp))
+
+
+def _metaspace(tmp: Path):
+    """A SentencePiece-style BPE with byte fallback (Llama 2, Mistral style): a leading space
+    stripped at the start, bytes of characters outside the vocabulary as tokens of their own."""
+    tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
+    tok.normalizer = normalizers.Replace(" ", "\u2581")
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first")
+    tok.decoder = decoders.Sequence(
+        [
+            decoders.Replace("\u2581", " "),
+            decoders.ByteFallback(),
+            decoders.Fuse(),
+            decoders.Strip(" ", 1, 0),
+        ]
+    )
+    bytes_ = [f"<0x{b:02X}>" for b in range(256)]
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<unk>", "<s>", "</s>", *bytes_])
+    tok.train_from_iterator(
+        ["the café è déjà vu", "naïve € 100 über", "one two three"] * 50, trainer
+    )
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
+    fast.save_pretrained(tmp)
+    return load_tokenizer(str(tmp))
+
+
+@pytest.fixture(scope="module", params=["byte-level", "metaspace"])
+def real_tokenizer(request, tmp_path_factory):
+    build = _byte_level if request.param == "byte-level" else _metaspace
+    return build(tmp_path_factory.mktemp(request.param))
+
+
+def test_a_plain_fast_tokenizer_streams_through_rust(real_tokenizer):
+    assert rust_decoder(real_tokenizer) is not None
+    assert rust_decoder(PythonOnly(real_tokenizer)) is None
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data(), skip=st.booleans())
+def test_rust_and_python_windows_stream_the_same_text(real_tokenizer, data, skip):
+    """Any ids (specials, lone bytes of a character included), in chunks of any size: the
+    Rust path sends, chunk by chunk, the text the Python window sends."""
+    vocab = len(real_tokenizer)
+    ids = data.draw(st.lists(st.integers(0, vocab - 1), max_size=60))
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(ids)), max_size=12)))
+    chunks = [ids[a:b] for a, b in zip([0, *cuts], [*cuts, len(ids)], strict=True)]
+    rust = StreamingText(real_tokenizer, skip_special_tokens=skip)
+    python = StreamingText(PythonOnly(real_tokenizer), skip_special_tokens=skip)
+    for chunk in chunks:
+        assert rust.add(chunk) == python.add(chunk), chunks
+    assert rust.finish(None) == python.finish(None) and rust.full() == python.full()
