@@ -22,18 +22,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import json
+import multiprocessing
 import random
+import socket
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import aiohttp
+from sse_floor import relay  # benchmark/ is the script's folder
 from tqdm import tqdm
 
 from sglang_pdd.testbed.cluster import PddClusterConfig, start_cluster, start_router
 from sglang_pdd.testbed.launcher import ServerGroup
+from sglang_pdd.testbed.ports import free_port
 from sglang_pdd.transfer.wan_link import WanLinkConfig
 
 
@@ -72,8 +77,11 @@ async def _stream(session, url: str, body: dict, gaps: list[float]) -> tuple[int
     return seen, time.perf_counter() - start
 
 
-async def _direct(session, cluster, body: dict, gaps: list[float]) -> tuple[int, float]:
-    """One request straight to P and MD, as SGLang's own PD client sends it."""
+async def _direct(
+    session, cluster, body: dict, gaps: list[float], main_url: str | None = None
+) -> tuple[int, float]:
+    """One request straight to P and MD, as SGLang's own PD client sends it (``main_url``:
+    MD's stream read through a bare relay there instead)."""
     room = random.getrandbits(63)
     sub = {
         **body,
@@ -83,14 +91,15 @@ async def _direct(session, cluster, body: dict, gaps: list[float]) -> tuple[int,
     }
     prefill = asyncio.ensure_future(session.post(cluster.prefill.url + "/generate", json=sub))
     try:
-        return await _stream(session, cluster.mains[0].http_via_wan, sub, gaps)
+        return await _stream(session, main_url or cluster.mains[0].http_via_wan, sub, gaps)
     finally:
         resp = await prefill
         resp.release()
 
 
 async def _batch(mode: str, cluster, streams: int, args, rng: random.Random) -> dict:
-    """``mode``: "direct", or a list of router URLs the streams are dealt to in turn."""
+    """``mode``: "direct", ``("relay", URL)`` (MD's stream through the bare relay at URL), or a
+    list of router URLs the streams are dealt to in turn."""
     gaps: list[float] = []
     started = time.perf_counter()
     limits = aiohttp.TCPConnector(limit=0)
@@ -109,6 +118,8 @@ async def _batch(mode: str, cluster, streams: int, args, rng: random.Random) -> 
             }
             if mode == "direct":
                 return await _direct(session, cluster, body, gaps)
+            if mode[0] == "relay":
+                return await _direct(session, cluster, body, gaps, main_url=mode[1])
             return await _stream(session, mode[i % len(mode)], body, gaps)
 
         results = await asyncio.gather(*(one(i) for i in range(streams)), return_exceptions=True)
@@ -138,7 +149,12 @@ def _measure(cluster, routers: dict[str, list], streams: int, args, rng) -> list
         for name in order if r % 2 == 0 else order[::-1]:
             procs = paths[name] or []
             before = sum(_cpu_seconds(p.proc.pid) for p in procs)
-            mode = "direct" if not procs else [p.url for p in procs]
+            if not procs:
+                mode = "direct"
+            elif isinstance(procs[0], BareRelay):
+                mode = ("relay", procs[0].url)
+            else:
+                mode = [p.url for p in procs]
             out = asyncio.run(_batch(mode, cluster, streams, args, rng))
             if procs:
                 cpu[name] += sum(_cpu_seconds(p.proc.pid) for p in procs) - before
@@ -169,6 +185,34 @@ def _measure(cluster, routers: dict[str, list], streams: int, args, rng) -> list
             }
         )
     return rows
+
+
+class BareRelay:
+    """``sse_floor.relay`` in a process of its own, in front of MD's ``/generate``."""
+
+    def __init__(self, upstream: str) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        spawn = multiprocessing.get_context("spawn")
+        self.proc = spawn.Process(target=relay, args=(port, upstream + "/generate"), daemon=True)
+        self.proc.start()
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", int(self.url.rsplit(":", 1)[1]))):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"the bare relay at {self.url} did not start")
+
+
+def _start_bare_relay(upstream: str) -> BareRelay:
+    bare = BareRelay(upstream)
+    bare.wait_ready()
+    atexit.register(bare.proc.terminate)
+    return bare
 
 
 def _summary(agg: dict) -> dict:
@@ -253,6 +297,13 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated router counts to measure (e.g. 1,2: one router, then two "
         "sharing P's transfer ledger)",
     )
+    ap.add_argument(
+        "--bare-relay",
+        action="store_true",
+        help="also measure a bare aiohttp relay in front of MD (benchmark/sse_floor.py's "
+        "relay: reads and writes each chunk, nothing else), the floor under the router's CPU "
+        "per token on the same host and load",
+    )
     ap.add_argument("--prompt-tokens", type=int, default=64)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--max-total-tokens", type=int, default=131072)
@@ -297,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(1, max(counts)):
             fleet.append(start_router(group, cluster, name=f"router-{i + 1}", shared_ledger=True))
         routers = {(f"{n} router" + "s" * (n > 1)): fleet[:n] for n in counts}
+        if args.bare_relay:
+            routers["bare relay"] = [_start_bare_relay(cluster.mains[0].http_via_wan)]
         for streams in levels:
             print(f"{streams} concurrent streams x {args.rounds} rounds ...", flush=True)
             rows += _measure(cluster, routers, streams, args, rng)

@@ -90,6 +90,38 @@ def _proxy(port: int, upstream: str) -> None:
     web.run_app(app, host="127.0.0.1", port=port, print=None, loop=loop)
 
 
+def relay(port: int, upstream: str) -> None:
+    """A bare relay for ``POST /generate`` (``benchmark/router_overhead.py --bare-relay``): the
+    body passed on to ``upstream`` as is, each read of its stream written to the client."""
+    import uvloop
+    from aiohttp import web
+
+    async def generate(request: web.Request) -> web.StreamResponse:
+        session = request.app["session"]
+        body = await request.read()
+        headers = {"Content-Type": "application/json"}
+        async with session.post(upstream, data=body, headers=headers) as up:
+            resp = web.StreamResponse(
+                status=up.status, headers={"Content-Type": "text/event-stream"}
+            )
+            await resp.prepare(request)
+            async for data in up.content.iter_any():
+                await resp.write(data)
+        return resp
+
+    async def open_session(app):
+        app["session"] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        yield
+        await app["session"].close()
+
+    app = web.Application(client_max_size=1 << 26)
+    app.cleanup_ctx.append(open_session)
+    app.router.add_post("/generate", generate)
+    loop = uvloop.new_event_loop()
+    asyncio.set_event_loop(loop)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, loop=loop)
+
+
 async def _clients(url: str, streams: int, tokens: int) -> int:
     got = 0
 
