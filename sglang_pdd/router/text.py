@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+
 import tokenizers
+from tokenizers import decoders
 from tokenizers.decoders import DecodeStream
+
+logger = logging.getLogger("sglang_pdd.router")
 
 # Ids decoded again before a streamed window, for merges and spacing across its boundary.
 _CONTEXT_IDS = 4
@@ -17,10 +22,10 @@ class StreamingText:
     a full decode); a window that ends inside a multi-byte character waits for more ids. Each
     step thus costs a few tokens, not the output so far.
 
-    With a plain fast tokenizer (Hugging Face ``tokenizers``, no clean-up of spaces) the window
-    is kept by ``tokenizers``' own ``DecodeStream`` in Rust (one call per chunk, about a tenth
-    of two Python decodes: the router runs this for every streamed chunk); any other tokenizer
-    is decoded here.
+    With a plain byte-level fast tokenizer (Hugging Face ``tokenizers``, no clean-up of
+    spaces) the window is kept by ``tokenizers``' own ``DecodeStream`` in Rust (one call per
+    chunk, about a tenth of two Python decodes: the router runs this for every streamed chunk);
+    any other tokenizer, or a stream ``DecodeStream`` refuses, is decoded here.
 
     At the end, ``finish()`` trims a matched stop string or stop token the way SGLang's
     detokenizer does (unless ``no_stop_trim``), so the text equals a plain server's; the
@@ -55,9 +60,20 @@ class StreamingText:
         """Append ids; return the new final text (held back while a character is incomplete)."""
         self.ids.extend(token_ids)
         if self._stream is not None:
-            delta = (self._stream.step(self._backend, list(token_ids)) if token_ids else None) or ""
-            self.sent += delta
-            return delta
+            try:
+                piece = self._stream.step(self._backend, list(token_ids)) if token_ids else None
+            except Exception as exc:  # noqa: BLE001 - any refusal: the Python window goes on
+                logger.warning(
+                    "sglang-pdd router: DecodeStream failed (%s); decoding in Python", exc
+                )
+                self._stream = None
+                self._prefix = max(self._read - _CONTEXT_IDS, 0)
+            else:
+                if piece is None:
+                    return ""  # a character is incomplete: its ids wait
+                self._read = len(self.ids)  # the text of every id so far is out
+                self.sent += piece
+                return piece
         before = self._decode(self.ids[self._prefix : self._read])
         window = self._decode(self.ids[self._prefix :])
         if window.endswith("\ufffd") or not window.startswith(before):
@@ -92,10 +108,14 @@ _PLAIN_DECODE_MODULES = (
 
 def rust_decoder(tokenizer) -> tokenizers.Tokenizer | None:
     """``tokenizer``'s Rust tokenizer when decoding with it alone gives ``tokenizer``'s text
-    (a fast tokenizer whose ``_decode`` is transformers' own, with no clean-up of spaces),
-    else None."""
+    and a window's text never depends on the ids before it: a byte-level fast tokenizer (GPT-2,
+    Llama 3, Qwen style) whose ``_decode`` is transformers' own, with no clean-up of spaces.
+    Else None (SentencePiece-style decoders strip a leading space at a window's start, where
+    ``DecodeStream`` refuses the stream: those keep the Python window)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)  # transformers' fast tokenizers
     if not isinstance(backend, tokenizers.Tokenizer):
+        return None
+    if not isinstance(backend.decoder, decoders.ByteLevel):
         return None
     if getattr(tokenizer, "clean_up_tokenization_spaces", True) is not False:
         return None
