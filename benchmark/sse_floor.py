@@ -63,44 +63,21 @@ def _serve(port: int, step_s: float) -> None:
     web.run_app(app, host="127.0.0.1", port=port, print=None, loop=loop)
 
 
-def _proxy(port: int, upstream: str) -> None:
-    """The bare relay: one upstream stream per client stream, each read chunk written on."""
-    import uvloop
-    from aiohttp import web
-
-    async def generate(request: web.Request) -> web.StreamResponse:
-        session = request.app["session"]
-        async with session.get(upstream, params=request.query) as up:
-            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await resp.prepare(request)
-            async for data in up.content.iter_any():
-                await resp.write(data)
-        return resp
-
-    async def open_session(app):
-        app["session"] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-        yield
-        await app["session"].close()
-
-    app = web.Application()
-    app.cleanup_ctx.append(open_session)
-    app.router.add_get("/generate", generate)
-    loop = uvloop.new_event_loop()
-    asyncio.set_event_loop(loop)
-    web.run_app(app, host="127.0.0.1", port=port, print=None, loop=loop)
-
-
 def relay(port: int, upstream: str) -> None:
-    """A bare relay for ``POST /generate`` (``benchmark/router_overhead.py --bare-relay``): the
-    body passed on to ``upstream`` as is, each read of its stream written to the client."""
+    """The bare relay: one upstream stream per client stream, each read written on, nothing
+    else. ``GET /generate`` passes the query on (this script's server); ``POST /generate`` the
+    body (``benchmark/router_overhead.py --bare-relay``, in front of a Main-Decode)."""
     import uvloop
     from aiohttp import web
 
     async def generate(request: web.Request) -> web.StreamResponse:
         session = request.app["session"]
-        body = await request.read()
-        headers = {"Content-Type": "application/json"}
-        async with session.post(upstream, data=body, headers=headers) as up:
+        if request.method == "POST":
+            headers = {"Content-Type": "application/json"}
+            upstream_call = session.post(upstream, data=await request.read(), headers=headers)
+        else:
+            upstream_call = session.get(upstream, params=request.query)
+        async with upstream_call as up:
             resp = web.StreamResponse(
                 status=up.status, headers={"Content-Type": "text/event-stream"}
             )
@@ -116,6 +93,7 @@ def relay(port: int, upstream: str) -> None:
 
     app = web.Application(client_max_size=1 << 26)
     app.cleanup_ctx.append(open_session)
+    app.router.add_get("/generate", generate)
     app.router.add_post("/generate", generate)
     loop = uvloop.new_event_loop()
     asyncio.set_event_loop(loop)
@@ -148,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     port, proxy_port = free_port(), free_port()
     server = spawn.Process(target=_serve, args=(port, args.step_ms / 1000), daemon=True)
     url = f"http://127.0.0.1:{port}/generate"
-    proxy = spawn.Process(target=_proxy, args=(proxy_port, url), daemon=True)
+    proxy = spawn.Process(target=relay, args=(proxy_port, url), daemon=True)
     server.start()
     proxy.start()
     proxy_url = f"http://127.0.0.1:{proxy_port}/generate"
