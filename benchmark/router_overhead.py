@@ -22,22 +22,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import atexit
 import json
-import multiprocessing
 import random
-import socket
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import aiohttp
-from sse_floor import relay  # benchmark/ is the script's folder
 from tqdm import tqdm
 
 from sglang_pdd.testbed.cluster import PddClusterConfig, start_cluster, start_router
-from sglang_pdd.testbed.launcher import ServerGroup
+from sglang_pdd.testbed.launcher import ServerGroup, ServerProcess
 from sglang_pdd.testbed.ports import free_port
 from sglang_pdd.transfer.wan_link import WanLinkConfig
 
@@ -151,7 +148,7 @@ def _measure(cluster, routers: dict[str, list], streams: int, args, rng) -> list
             before = sum(_cpu_seconds(p.proc.pid) for p in procs)
             if not procs:
                 mode = "direct"
-            elif isinstance(procs[0], BareRelay):
+            elif name == BARE_RELAY:
                 mode = ("relay", procs[0].url)
             else:
                 mode = [p.url for p in procs]
@@ -187,32 +184,20 @@ def _measure(cluster, routers: dict[str, list], streams: int, args, rng) -> list
     return rows
 
 
-class BareRelay:
-    """``sse_floor.relay`` in a process of its own, in front of MD's ``/generate``."""
-
-    def __init__(self, upstream: str) -> None:
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        spawn = multiprocessing.get_context("spawn")
-        self.proc = spawn.Process(target=relay, args=(port, upstream + "/generate"), daemon=True)
-        self.proc.start()
-
-    def wait_ready(self, timeout_s: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", int(self.url.rsplit(":", 1)[1]))):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError(f"the bare relay at {self.url} did not start")
+BARE_RELAY = "bare relay"
 
 
-def _start_bare_relay(upstream: str) -> BareRelay:
-    bare = BareRelay(upstream)
-    bare.wait_ready()
-    atexit.register(bare.proc.terminate)
-    return bare
+def _start_bare_relay(group: ServerGroup, upstream: str) -> ServerProcess:
+    """``sse_floor.relay`` in a process of its own (the group stops it), in front of MD's
+    ``/generate``."""
+    port = free_port()
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+        f"from sse_floor import relay; relay({port}, {upstream + '/generate'!r})"
+    )
+    server = group.launch_command(BARE_RELAY.replace(" ", "-"), [sys.executable, "-c", code], port)
+    group.wait_ready(server, timeout=60, path=None)
+    return server
 
 
 def _summary(agg: dict) -> dict:
@@ -349,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
             fleet.append(start_router(group, cluster, name=f"router-{i + 1}", shared_ledger=True))
         routers = {(f"{n} router" + "s" * (n > 1)): fleet[:n] for n in counts}
         if args.bare_relay:
-            routers["bare relay"] = [_start_bare_relay(cluster.mains[0].http_via_wan)]
+            routers[BARE_RELAY] = [_start_bare_relay(group, cluster.mains[0].http_via_wan)]
         for streams in levels:
             print(f"{streams} concurrent streams x {args.rounds} rounds ...", flush=True)
             rows += _measure(cluster, routers, streams, args, rng)

@@ -61,7 +61,7 @@ class StreamingText:
         self.ids.extend(token_ids)
         if self._stream is not None:
             try:
-                piece = self._stream.step(self._backend, list(token_ids)) if token_ids else None
+                piece = self._stream.step(self._backend, token_ids) if token_ids else None
             except Exception as exc:  # noqa: BLE001 - any refusal: the Python window goes on
                 logger.warning(
                     "sglang-pdd router: DecodeStream failed (%s); decoding in Python", exc
