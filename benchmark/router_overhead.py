@@ -52,11 +52,15 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / 100.0  # utime, stime in clock ticks (100 Hz)
 
 
-async def _stream(session, url: str, body: dict, gaps: list[float]) -> tuple[int, float]:
+async def _stream(
+    session, url: str, body: dict, gaps: list[float], incremental: bool = False
+) -> tuple[int, float, int]:
     """POST a streamed /generate; append each token's share of the gap between chunks to
-    ``gaps``; return (tokens, end-to-end seconds). Raises on an error status."""
+    ``gaps``; return (tokens, end-to-end seconds, chunks with new ids). Raises on an error
+    status. ``incremental``: each chunk carries only its new ids (--incremental-streaming-output).
+    """
     start = last = time.perf_counter()
-    seen = 0
+    seen = chunks = 0
     async with session.post(url + "/generate", json={**body, "stream": True}) as resp:
         if resp.status != 200:
             raise RuntimeError(f"{url}: HTTP {resp.status}: {(await resp.text())[:200]}")
@@ -67,16 +71,18 @@ async def _stream(session, url: str, body: dict, gaps: list[float]) -> tuple[int
             chunk = json.loads(line[5:])
             ids = chunk.get("output_ids") or []
             now = time.perf_counter()
-            if len(ids) > seen:
+            total = seen + len(ids) if incremental else len(ids)
+            if total > seen:
                 if seen:  # the first chunk is time to first token, not a gap
-                    gaps.extend([(now - last) / (len(ids) - seen)] * (len(ids) - seen))
-                seen, last = len(ids), now
-    return seen, time.perf_counter() - start
+                    gaps.extend([(now - last) / (total - seen)] * (total - seen))
+                seen, last = total, now
+                chunks += 1
+    return seen, time.perf_counter() - start, chunks
 
 
 async def _direct(
-    session, cluster, body: dict, gaps: list[float], main_url: str | None = None
-) -> tuple[int, float]:
+    session, cluster, body: dict, gaps: list[float], main_url: str | None = None, incremental=False
+) -> tuple[int, float, int]:
     """One request straight to P and MD, as SGLang's own PD client sends it (``main_url``:
     MD's stream read through a bare relay there instead)."""
     room = random.getrandbits(63)
@@ -88,7 +94,9 @@ async def _direct(
     }
     prefill = asyncio.ensure_future(session.post(cluster.prefill.url + "/generate", json=sub))
     try:
-        return await _stream(session, main_url or cluster.mains[0].http_via_wan, sub, gaps)
+        return await _stream(
+            session, main_url or cluster.mains[0].http_via_wan, sub, gaps, incremental
+        )
     finally:
         resp = await prefill
         resp.release()
@@ -113,18 +121,20 @@ async def _batch(mode: str, cluster, streams: int, args, rng: random.Random) -> 
                     "ignore_eos": True,
                 },
             }
+            inc = args.incremental_streams
             if mode == "direct":
-                return await _direct(session, cluster, body, gaps)
+                return await _direct(session, cluster, body, gaps, incremental=inc)
             if mode[0] == "relay":
-                return await _direct(session, cluster, body, gaps, main_url=mode[1])
-            return await _stream(session, mode[i % len(mode)], body, gaps)
+                return await _direct(session, cluster, body, gaps, mode[1], inc)
+            return await _stream(session, mode[i % len(mode)], body, gaps, inc)
 
         results = await asyncio.gather(*(one(i) for i in range(streams)), return_exceptions=True)
     ok = [r for r in results if not isinstance(r, BaseException)]
     return {
         "gaps": gaps,
-        "e2e": [e for _, e in ok],
-        "tokens": sum(t for t, _ in ok),
+        "e2e": [e for _, e, _ in ok],
+        "tokens": sum(t for t, _, _ in ok),
+        "chunks": sum(c for _, _, c in ok),
         "wall_s": time.perf_counter() - started,
         "errors": len(results) - len(ok),
         "error_sample": next(
@@ -137,7 +147,15 @@ def _measure(cluster, routers: dict[str, list], streams: int, args, rng) -> list
     """Rows for ``streams``: the direct path, then each router path (name -> its routers)."""
     paths = {"direct": None, **routers}
     totals = {
-        m: {"gaps": [], "e2e": [], "tokens": 0, "wall_s": 0.0, "errors": 0, "error_sample": None}
+        m: {
+            "gaps": [],
+            "e2e": [],
+            "tokens": 0,
+            "chunks": 0,
+            "wall_s": 0.0,
+            "errors": 0,
+            "error_sample": None,
+        }
         for m in paths
     }
     cpu = dict.fromkeys(routers, 0.0)
@@ -158,7 +176,7 @@ def _measure(cluster, routers: dict[str, list], streams: int, args, rng) -> list
             agg = totals[name]
             for key in ("gaps", "e2e"):
                 agg[key] += out[key]
-            for key in ("tokens", "wall_s", "errors"):
+            for key in ("tokens", "chunks", "wall_s", "errors"):
                 agg[key] += out[key]
             agg["error_sample"] = agg["error_sample"] or out["error_sample"]
     d = totals["direct"]
@@ -174,6 +192,10 @@ def _measure(cluster, routers: dict[str, list], streams: int, args, rng) -> list
                 "added_per_token_ms_p50": 1e3 * (_pct(r["gaps"], 0.5) - _pct(d["gaps"], 0.5)),
                 "added_per_token_ms_p99": 1e3 * (_pct(r["gaps"], 0.99) - _pct(d["gaps"], 0.99)),
                 "router_cpu_ms_per_token": 1e3 * cpu[name] / max(r["tokens"], 1),
+                # Per chunk written to the client: does not depend on how many tokens each
+                # chunk carried (more merge into one read when the router falls behind).
+                "router_cpu_ms_per_chunk": 1e3 * cpu[name] / max(r["chunks"], 1),
+                "tokens_per_chunk": r["tokens"] / max(r["chunks"], 1),
                 # Robust to how differently the two paths batch tokens into chunks: the median
                 # end-to-end difference spread over a stream's tokens.
                 "added_e2e_ms_per_token": 1e3
@@ -216,7 +238,7 @@ def _print(rows: list[dict]) -> None:
     head = (
         f"{'streams':>7} {'path':<9} {'tokens':>7} {'err':>4} {'gap p50':>8} {'gap p99':>8} "
         f"{'E2E p50':>8} {'tok/s':>7} | {'added/token p50':>15} {'p99':>7} {'E2E/token':>9} "
-        f"{'router CPU/token':>16}"
+        f"{'router CPU/token':>16} {'/chunk':>8} {'tok/chunk':>9}"
     )
     print(head)
     print("-" * len(head))
@@ -235,6 +257,7 @@ def _print(rows: list[dict]) -> None:
                     f"{row['added_per_token_ms_p99']:>5.2f}ms "
                     f"{row['added_e2e_ms_per_token']:>7.2f}ms "
                     f"{row['router_cpu_ms_per_token']:>14.3f}ms"
+                    f" {row['router_cpu_ms_per_chunk']:>6.3f}ms {row['tokens_per_chunk']:>9.2f}"
                 )
             print(
                 f"{row['streams']:>7} {name:<9} {s['tokens']:>7} {s['errors']:>4} "
@@ -289,6 +312,12 @@ def main(argv: list[str] | None = None) -> int:
         "relay: reads and writes each chunk, nothing else), the floor under the router's CPU "
         "per token on the same host and load",
     )
+    ap.add_argument(
+        "--incremental-streams",
+        action="store_true",
+        help="MD and the routers stream only new ids and text (--incremental-streaming-output, "
+        "as the testbed runs): chunks no longer grow with the answer",
+    )
     ap.add_argument("--prompt-tokens", type=int, default=64)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--max-total-tokens", type=int, default=131072)
@@ -320,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         max_total_tokens=args.max_total_tokens,
         kv_events=False,
         log_transfers=False,
+        incremental_streams=args.incremental_streams,
     )
     from transformers import AutoTokenizer
 

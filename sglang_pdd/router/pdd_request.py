@@ -21,6 +21,7 @@ from sglang_pdd.router.relayed import RelayedPipeline, take_ready_event
 from sglang_pdd.router.transfers import DEFERRED
 from sglang_pdd.router.upstream import UpstreamError, abort, post_json, stream_sse
 from sglang_pdd.router.upstream_queue import END as _END
+from sglang_pdd.router.upstream_queue import InlineStream
 from sglang_pdd.router.upstream_queue import pump as _pump
 from sglang_pdd.wire.messages import Ready
 from sglang_pdd.wire.rids import SubRids
@@ -83,7 +84,8 @@ class PddRequestRun(RelayedPipeline):
         self._gap_from: float | None = None  # when the last id before a final handoff went
         self._itl = {"relay": _Gaps(), "main": _Gaps()}  # chunk gaps per source
         self._core = None  # P-RLD-MD: the request's HandoffCore
-        self._streams: dict[str, list[asyncio.Queue]] = {}  # instance URL -> its streams here
+        # instance URL -> this run's streams from it (queues pumped by a task, inline streams)
+        self._streams: dict[str, list[asyncio.Queue | InlineStream]] = {}
         self.site.active += 1
         router.prefill_active[self.prefill_url] += 1
         self._counted = True
@@ -126,18 +128,30 @@ class PddRequestRun(RelayedPipeline):
             )
 
     def _stream_into_queue(self, url: str, body: dict, parked: bool = False) -> asyncio.Queue:
-        """Stream ``url``'s answer to ``body`` into a queue. ``parked``: a relayed MD stream,
-        silent until the final handoff, when its idle limit starts."""
+        """Stream ``url``'s answer to ``body`` into a queue (a task of its own copies it), for
+        a stream waited on together with others. ``parked``: a relayed MD stream, silent until
+        the final handoff, when its idle limit starts."""
         queue: asyncio.Queue = asyncio.Queue()
         self._streams.setdefault(url, []).append(queue)
-        incremental = self.router.incremental_streams.get(url, False)
         limit = self.router.config.upstream_idle_timeout_s
-        stream = stream_sse(self.router.session, f"{url}/generate", body, incremental)
         # A parked MD stream is silent by design until the final handoff, or until the release
         # of a request that finished on RLD (MD then ends it once its KV has landed).
         idle = (lambda: limit if self._main_answer_due() else None) if parked else (lambda: limit)
-        queue.task = self._spawn(_pump(stream, queue, url, idle))
+        queue.task = self._spawn(_pump(self._upstream(url, body), queue, url, idle))
         return queue
+
+    def _stream_inline(self, url: str, body: dict) -> InlineStream:
+        """Stream ``url``'s answer to ``body``, read by the task that consumes it (a stream one
+        task reads from start to end)."""
+        stream = InlineStream(
+            self._upstream(url, body), url, self.router.config.upstream_idle_timeout_s
+        )
+        self._streams.setdefault(url, []).append(stream)
+        return stream
+
+    def _upstream(self, url: str, body: dict):
+        incremental = self.router.incremental_streams.get(url, False)
+        return stream_sse(self.router.session, f"{url}/generate", body, incremental)
 
     def _main_answer_due(self) -> bool:
         """A parked MD stream owes tokens: the final handoff was sent (or taken), or the
@@ -187,10 +201,13 @@ class PddRequestRun(RelayedPipeline):
         """End this run's streams from ``error.instance`` with ``error`` (it is draining); True
         when the run had one. A parked MD stream is left alone: the handoff loop sees the
         instance draining and lets Relay-Decode finish the request."""
-        queues = self._streams.get(error.instance, [])
-        for queue in queues:
-            queue.put_nowait(error)
-        return bool(queues)
+        streams = self._streams.get(error.instance, [])
+        for stream in streams:
+            if isinstance(stream, InlineStream):
+                stream.fail(error)
+            else:
+                stream.put_nowait(error)
+        return bool(streams)
 
     def sub_rids(self) -> dict[str, list[str]]:
         """Each instance's rids for this request (SGLang aborts by exact rid only)."""
@@ -250,6 +267,11 @@ class PddRequestRun(RelayedPipeline):
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        for streams in self._streams.values():
+            for stream in streams:
+                if isinstance(stream, InlineStream):
+                    with contextlib.suppress(Exception):  # a broken stream is closed anyway
+                        await stream.aclose()
         self._prefill_done()
         self.site.active -= 1
         if self._transfer is not None and not self._released:
@@ -358,7 +380,7 @@ class PddRequestRun(RelayedPipeline):
         room = random.getrandbits(63)
         prefill = self._spawn(self._prefill(self.ids.prefill, room))
         prefill.add_done_callback(self._prefill_done)
-        main_q = self._stream_into_queue(self.main.url, self._sub_body(rid, room))
+        main_q = self._stream_inline(self.main.url, self._sub_body(rid, room))
         async for event in self._follow_main(main_q, events, already_sent=0):
             yield event
 
@@ -366,7 +388,7 @@ class PddRequestRun(RelayedPipeline):
         room = random.getrandbits(63)
         prefill = self._spawn(self._prefill(self.ids.prefill, room))
         prefill.add_done_callback(self._prefill_done)
-        relay_q = self._stream_into_queue(self.relay_url, self._sub_body(self.ids.relay, room))
+        relay_q = self._stream_inline(self.relay_url, self._sub_body(self.ids.relay, room))
         sent = 0
         while (chunk := await relay_q.get()) is not _END:
             if isinstance(chunk, Exception):

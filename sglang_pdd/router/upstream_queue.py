@@ -1,5 +1,12 @@
-"""An upstream SSE stream copied into an ``asyncio.Queue``, with an idle limit that can start
-late (a parked Main-Decode stream is silent by design until the handoff)."""
+"""An upstream SSE stream as a queue of chunks (each chunk, then its error if it failed, then
+``END``), with an idle limit, two ways:
+
+* ``pump``: copied into an ``asyncio.Queue`` by a task of its own, for streams a request waits
+  on together with others (a relayed request's RLD and MD streams); its idle limit can start
+  late (a parked Main-Decode stream is silent by design until the handoff).
+* ``InlineStream``: read by the task that consumes it, for a stream one task reads from start
+  to end (P-MD's, P-RLD's): no task, queue or wake-up per chunk (this runs for every streamed
+  chunk; under load each hop also waits a turn of the event loop)."""
 
 from __future__ import annotations
 
@@ -54,6 +61,96 @@ async def pump(stream, queue: asyncio.Queue, url: str, idle_limit, poll_s: float
     finally:
         guard.cancel()
     queue.put_nowait(END)
+
+
+class InlineStream:
+    """``get()`` answers as a ``pump``ed queue's ``get()`` would: each chunk of ``chunks`` (an
+    async iterator of an upstream SSE stream), then its error (an ``UpstreamError`` naming
+    ``url`` for a broken or silent instance) if it failed, then ``END`` for good.
+
+    ``fail(error)`` ends the stream with ``error`` (a drain evicting the request): a ``get()``
+    waiting is interrupted, else the next one answers it. A ``get()`` that waits more than
+    ``idle_limit_s`` (None: no limit) answers a 504; one timer per stream checks it, re-armed
+    when it fires (not a timer per chunk). The time the consumer spends between ``get()``s
+    does not count as the instance's silence."""
+
+    def __init__(self, chunks, url: str, idle_limit_s: float | None) -> None:
+        self._chunks = chunks
+        self._url = url
+        self._limit = idle_limit_s
+        self._reader: asyncio.Task | None = None  # the task waiting in get(), if any
+        self._waiting_since = 0.0
+        self._interrupt: Exception | None = None  # fail()'s error, for the waiting reader
+        self._failed: Exception | None = None  # fail()'s error, for the next get()
+        self._over = False
+        self._timer: asyncio.TimerHandle | None = None
+        self.error: Exception | None = None  # the error the stream ended with, if any
+
+    async def get(self):
+        if self._over:
+            return END
+        if self._failed is not None:
+            await self._chunks.aclose()
+            return self._end(self._failed)
+        task = self._reader = asyncio.current_task()
+        self._waiting_since = time.monotonic()
+        if self._timer is None and self._limit is not None:
+            self._arm(self._limit)
+        try:
+            return await anext(self._chunks)
+        except StopAsyncIteration:
+            return self._end(None)
+        except asyncio.CancelledError:
+            # Interrupted by fail(): the consumer gets the error, unless its owner cancelled
+            # it too (then the cancellation goes on).
+            if self._interrupt is None or task.uncancel() > 0:
+                raise
+            return self._end(self._interrupt)
+        except Exception as exc:  # noqa: BLE001 - answered to the consumer, which raises it
+            return self._end(_as_upstream_error(exc, self._url))
+        finally:
+            self._reader = None
+
+    def fail(self, error: Exception) -> None:
+        """End the stream with ``error`` (see the class)."""
+        if self._over or self._interrupt is not None or self._failed is not None:
+            return
+        if self._reader is not None:
+            self._interrupt = error
+            self._reader.cancel()
+        else:
+            self._failed = error
+
+    async def aclose(self) -> None:
+        """Close the upstream stream (the request is over). Not while a ``get()`` waits."""
+        self._cancel_timer()
+        self._over = True
+        if self._reader is None:
+            await self._chunks.aclose()
+
+    def _end(self, error: Exception | None):
+        self._cancel_timer()
+        self._over = True
+        self.error = error
+        return END if error is None else error
+
+    def _arm(self, delay: float) -> None:
+        self._timer = asyncio.get_running_loop().call_later(delay, self._check)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _check(self) -> None:
+        self._timer = None
+        if self._over:
+            return
+        silent = time.monotonic() - self._waiting_since if self._reader is not None else 0.0
+        if silent >= self._limit:
+            self.fail(_silent_error(self._url, self._limit))
+        else:
+            self._arm(self._limit - silent)
 
 
 def _silent_error(url: str, limit: float) -> UpstreamError:
