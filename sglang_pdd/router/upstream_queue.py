@@ -11,11 +11,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import aiohttp
 
 from sglang_pdd.router.upstream import UpstreamError
+
+logger = logging.getLogger("sglang_pdd.router")
 
 END = object()  # queued after the stream's last chunk (or its error)
 
@@ -90,8 +93,12 @@ class InlineStream:
         if self._over:
             return END
         if self._failed is not None:
-            await self._chunks.aclose()
-            return self._end(self._failed)
+            error = self._end(self._failed)
+            try:
+                await self._chunks.aclose()
+            except Exception as exc:  # noqa: BLE001 - the stream ends with ``error`` anyway
+                logger.debug("sglang-pdd router: closing %s after a failure: %r", self._url, exc)
+            return error
         task = self._reader = asyncio.current_task()
         self._waiting_since = time.monotonic()
         if self._timer is None and self._limit is not None:

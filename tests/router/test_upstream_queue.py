@@ -219,3 +219,21 @@ def test_inline_the_consumers_own_time_is_not_the_instances_silence():
         return got
 
     assert asyncio.run(run()) == [{"i": 0}, {"i": 1}, {"i": 2}]
+
+
+def test_inline_a_stream_that_breaks_while_closing_after_a_failure_still_answers_the_error():
+    async def breaks_on_close():
+        try:
+            yield {"i": 0}
+            yield {"i": 1}
+        finally:
+            raise aiohttp.ClientPayloadError("connection lost while releasing")
+
+    async def run():
+        stream = InlineStream(breaks_on_close(), "http://md", idle_limit_s=None)
+        first = await stream.get()
+        error = UpstreamError(503, {})
+        stream.fail(error)
+        return first, await stream.get() is error, await stream.get()
+
+    assert asyncio.run(run()) == ({"i": 0}, True, END)
