@@ -94,7 +94,7 @@ async def stream_sse(
     (every id, the last one's ``meta_info``). Under load, when a decode step's chunks for many
     streams wait while the router serves others, the router's per-chunk work (queue, detokenize,
     write to the client) is then paid once per read instead of once per token."""
-    chunks = _ChunkReader(incremental, bool(body.get("return_logprob")))
+    chunks = _ChunkReader(incremental, bool(body.get("return_logprob")), url.rsplit("/", 1)[0])
     async with session.post(url, json={**body, "stream": True}) as resp:
         if resp.status != 200:
             raise UpstreamError(resp.status, await _error_body(resp))
@@ -110,9 +110,11 @@ async def stream_sse(
 class _ChunkReader:
     """An SSE byte stream to cumulative chunks. ``feed(data)`` takes what one read returned
     (``b""``: the stream ended) and returns the latest whole chunk in it (None if none ended in
-    it) and whether ``[DONE]`` came; an error chunk raises ``UpstreamError``."""
+    it) and whether ``[DONE]`` came; an error chunk raises ``UpstreamError``, and so does a
+    chunk that ends the request with SGLang's error abort (``instance``: the server's URL)."""
 
-    def __init__(self, incremental: bool, logprobs: bool) -> None:
+    def __init__(self, incremental: bool, logprobs: bool, instance: str | None = None) -> None:
+        self.instance = instance
         self.incremental = incremental
         self.logprobs = logprobs
         self.ids: list[int] = []
@@ -142,6 +144,8 @@ class _ChunkReader:
         if isinstance(chunk, dict) and "error" in chunk and "output_ids" not in chunk:
             error = chunk["error"]
             raise UpstreamError(error.get("code", 500) if isinstance(error, dict) else 500, chunk)
+        if isinstance(chunk, dict) and (failure := error_abort(chunk, self.instance)) is not None:
+            raise failure
         if self.incremental and isinstance(chunk, dict) and "output_ids" in chunk:
             meta = chunk.get("meta_info") or {}
             reason = meta.get("finish_reason") or {}
@@ -164,6 +168,27 @@ class _ChunkReader:
                     {key: list(acc) for key, acc in self.entries.items()}
                 )
         return chunk
+
+
+def error_abort(chunk: dict, instance: str | None) -> UpstreamError | None:
+    """The error a chunk ending its request with SGLang's error abort stands for, else None.
+
+    SGLang ends a request it cannot serve (its KV transfer failed or timed out, it ran out of
+    memory, the input is invalid) with finish reason ``abort`` and an HTTP ``status_code``; its
+    own non-streamed answer is then that status, not a 200 (``TokenizerManager.
+    _handle_abort_finish_reason``). An abort without one (``/abort_request``: the router's own
+    aborts of its sub-requests) is a normal end. A 4xx is the request's fault; a 5xx names
+    ``instance``, so that the request can continue elsewhere."""
+    meta = chunk.get("meta_info")
+    reason = meta.get("finish_reason") if isinstance(meta, dict) else None
+    if not isinstance(reason, dict) or reason.get("type") != "abort":
+        return None
+    status = reason.get("status_code")
+    if isinstance(status, bool) or not isinstance(status, int) or not 400 <= status < 600:
+        return None
+    message = str(reason.get("message") or "the request was aborted")
+    body = {"error": {"message": message, "code": status}}
+    return UpstreamError(status, body, instance if status >= 500 else None)
 
 
 # An abort is best effort: a partitioned instance must not hold a request's clean-up (or its

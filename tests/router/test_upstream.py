@@ -237,3 +237,47 @@ def test_every_error_shape_sglang_uses_reaches_the_client_as_error_message(text,
 def test_any_error_answer_has_a_string_error_message(status, text):
     body = error_body(status, text)
     assert isinstance(body["error"]["message"], str)
+
+
+def _abort_chunk(**reason) -> bytes:
+    import orjson
+
+    chunk = {
+        "text": "",
+        "output_ids": [7],
+        "meta_info": {"finish_reason": {"type": "abort", **reason}},
+    }
+    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+def test_an_error_abort_from_an_instance_is_its_failure_not_an_answer(incremental):
+    """SGLang ends a request whose KV transfer timed out with an abort carrying status 500:
+    the request failed on that instance (it may continue elsewhere), it did not finish."""
+    from sglang_pdd.router.upstream import UpstreamError, _ChunkReader
+
+    reader = _ChunkReader(incremental=incremental, logprobs=False, instance="http://rld:1")
+    message = "Request 1 timed out after 300.0s in KVPoll.WaitingForInput"
+    with pytest.raises(UpstreamError) as caught:
+        reader.feed(_abort_chunk(message=message, status_code=500, err_type=None))
+    assert caught.value.status == 500 and caught.value.instance == "http://rld:1"
+    assert caught.value.body["error"]["message"] == message
+
+
+def test_a_bad_request_abort_is_the_requests_fault_and_names_no_instance():
+    from sglang_pdd.router.upstream import UpstreamError, _ChunkReader
+
+    reader = _ChunkReader(incremental=False, logprobs=False, instance="http://md:1")
+    with pytest.raises(UpstreamError) as caught:
+        reader.feed(_abort_chunk(message="bad input", status_code=400))
+    assert caught.value.status == 400 and caught.value.instance is None
+
+
+@pytest.mark.parametrize("reason", [{}, {"message": "Abort by user"}, {"status_code": True}])
+def test_a_graceful_abort_is_a_normal_end(reason):
+    """``/abort_request`` (the router's own aborts of its sub-requests) carries no status."""
+    from sglang_pdd.router.upstream import _ChunkReader
+
+    reader = _ChunkReader(incremental=False, logprobs=False, instance="http://md:1")
+    chunk, done = reader.feed(_abort_chunk(**reason))
+    assert chunk["meta_info"]["finish_reason"]["type"] == "abort" and not done
