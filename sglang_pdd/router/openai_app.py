@@ -186,16 +186,17 @@ class _OpenAIStream:
             await self._send(index, "", calls=[call])
 
     async def _delta(self, index: int, event: TokenDelta) -> None:
-        run = self.answer.runs[index]
-        delta = run.text.add(event.token_ids)
-        calls = []
-        if self.parsed[index] is not None and delta:
-            delta, calls = self.parsed[index].feed(delta, final=False)
-        if delta:
-            logprobs = self.answer.logprobs_since(run, self.logprobs_sent[index])
-            await self._send(index, delta, logprobs=logprobs)
-            self.logprobs_sent[index] = len(run.token_logprobs)
-        await self._send_calls(index, calls)
+        run, parser = self.answer.runs[index], self.parsed[index]
+        if parser is None:
+            steps = [(run.text.add(event.token_ids), [])]
+        else:
+            steps = parser.feed_ids(run.text, event.token_ids)
+        for delta, calls in steps:
+            if delta:
+                logprobs = self.answer.logprobs_since(run, self.logprobs_sent[index])
+                await self._send(index, delta, logprobs=logprobs)
+                self.logprobs_sent[index] = len(run.token_logprobs)
+            await self._send_calls(index, calls)
 
     async def _finish(self, index: int, event) -> None:
         run, parser = self.answer.runs[index], self.parsed[index]

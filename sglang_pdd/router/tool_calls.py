@@ -307,6 +307,18 @@ class ToolCallStream:
             )
         return content, deltas
 
+    def feed_ids(self, text, token_ids: list[int]) -> list[tuple[str, list[dict]]]:
+        """Append ``token_ids`` to ``text`` (the choice's ``StreamingText``) and feed the
+        parser each id's own text, as SGLang's server does streaming one token per chunk:
+        [(content, tool-call deltas)] per id, in order.
+
+        Per id, not per upstream chunk: SGLang's stream parsers answer the same text cut
+        differently (qwen25 drops text after a call when it comes id by id and keeps it as
+        content when it comes with the call's end), and how the router's ids are grouped
+        (several after a handoff, merged reads under load) is not how a co-located server's
+        are."""
+        return [self.feed(text.add([token]), final=False) for token in token_ids]
+
     def unstreamed(self) -> dict | None:
         """The rest of the last call's arguments the parser has not sent (a call whose JSON
         the answer's end cut short), as SGLang's ``_check_for_unstreamed_tool_args``."""
