@@ -21,7 +21,8 @@ RECORD = PatchRecord(
         "Sum the block lengths into the process's TransferLedger; when the destination host is "
         "one of --pdd-wan-hosts, wait on the shared WanLink (serialization + one-way delay) "
         "before the real transfer; with --pdd-wan-fault-file, wait while the emulated link is "
-        "stalled and return -1 (a failed write) while it is dropped."
+        "stalled and return -1 (a failed write) while it is dropped. The WAN-bound bytes between "
+        "entry and return are the bytes in hand that P's transfer ledger reports to routers."
     ),
     remove_when="SGLang exposes per-destination transfer metrics and a link-shaping hook.",
 )
@@ -35,6 +36,10 @@ def hook(original, self, session_id, buffers, peer_buffer_addresses, lengths, *a
     """Account, pace if WAN-bound, then transfer."""
     from sglang_pdd.transfer.ledger import ledger
 
-    if not ledger().before_transfer(session_id, sum(lengths) if lengths else 0):
+    nbytes = sum(lengths) if lengths else 0
+    if not ledger().before_transfer(session_id, nbytes):
         return -1  # what batch_transfer_sync returns for a failed write
-    return original(self, session_id, buffers, peer_buffer_addresses, lengths, *args, **kwargs)
+    try:
+        return original(self, session_id, buffers, peer_buffer_addresses, lengths, *args, **kwargs)
+    finally:
+        ledger().after_transfer(session_id, nbytes)  # the WAN's bytes in hand, as P measures

@@ -71,9 +71,15 @@ def hook(original, self, server_args, *args, **kwargs):
         _dispatch_control_messages(self)
     if config.role == "prefill" and config.ledger_port and _receives_requests():
         from sglang_pdd.prefill.ledger_service import LedgerService
+        from sglang_pdd.transfer.ledger import ledger
 
+        # Every TP rank writes its share of the heads; this rank measures its own.
+        tp_size, transfers = server_args.tp_size, ledger()
         self._pdd_ledger = LedgerService(
-            config.ledger_host, config.ledger_port, config.ledger_claim_ttl_s
+            config.ledger_host,
+            config.ledger_port,
+            config.ledger_claim_ttl_s,
+            sending=(lambda: transfers.wan_sending_bytes() * tp_size) if config.wan_hosts else None,
         )
         self._pdd_ledger.start()
     logger.warning(

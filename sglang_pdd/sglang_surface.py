@@ -204,6 +204,7 @@ SURFACE: tuple[Use, ...] = (
         "patches/server_args_from_cli.py",
         *("disaggregation_mode", "disaggregation_decode_enable_radix_cache"),
     ),
+    *_attrs(_ARGS, "ServerArgs", "patches/scheduler_init.py", "tp_size"),
     # -- requests ---------------------------------------------------------------------------
     *_attrs(_BATCH, "Req", f"{_STATE}, {_EXTEND}, {_TWIN}, prefill/__init__.py", "rid"),
     *_attrs(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from sglang_pdd.transfer.claims import ClaimTable, Reply
 from sglang_pdd.wire import ledger as wire
@@ -20,8 +21,11 @@ EXPIRE_EVERY_S = 1.0
 POLL_MS = 100  # how soon close() is noticed
 
 
-def handle(table: ClaimTable, frames: list[bytes], now: float) -> list[Reply]:
-    """The replies to one message (``[peer identity, payload]`` from the ROUTER socket)."""
+def handle(
+    table: ClaimTable, frames: list[bytes], now: float, sending: float | None = None
+) -> list[Reply]:
+    """The replies to one message (``[peer identity, payload]`` from the ROUTER socket);
+    ``sending``: the WAN-bound bytes Prefill has in hand now, told to a claiming router."""
     if len(frames) != 2:
         if frames:
             return [(frames[0], wire.Refused(None, "one frame per message"))]
@@ -32,17 +36,22 @@ def handle(table: ClaimTable, frames: list[bytes], now: float) -> list[Reply]:
     except ValueError as exc:
         return [(peer, wire.Refused(wire.rid_of(payload), str(exc)[:500]))]
     if isinstance(message, wire.Claim):
-        return table.claim(peer, message, now)
+        return table.claim(peer, message, now, sending)
     return table.drop(peer, message.rid)
 
 
 class LedgerService:
     """The ledger's socket and thread (``start``; ``close`` to stop)."""
 
-    def __init__(self, host: str, port: int, ttl_s: float) -> None:
+    def __init__(
+        self, host: str, port: int, ttl_s: float, sending: Callable[[], float] | None = None
+    ) -> None:
+        """``sending``: the bytes Prefill's WAN-bound writes have in hand now (None: Prefill
+        has no WAN hosts and reports none)."""
         import zmq
 
         self.table = ClaimTable(ttl_s)
+        self._sending = sending
         self._context = zmq.Context()
         self.socket = self._context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
@@ -81,7 +90,8 @@ class LedgerService:
                     frames = self.socket.recv_multipart(zmq.NOBLOCK)
                 except zmq.Again:
                     break
-                replies += handle(self.table, frames, time.monotonic())
+                sending = self._sending() if self._sending is not None else None
+                replies += handle(self.table, frames, time.monotonic(), sending)
         if (now := time.monotonic()) >= next_expiry:
             replies += self.table.expire(now)
             next_expiry = now + EXPIRE_EVERY_S

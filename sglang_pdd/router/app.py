@@ -250,7 +250,11 @@ async def server_info(request):
                 "transfer_ledger": (
                     None
                     if state.ledger is None
-                    else {"endpoint": state.ledger.endpoint, **state.ledger.stats}
+                    else {
+                        "endpoint": state.ledger.endpoint,
+                        **state.ledger.stats,
+                        "wan_sending_bytes": state.ledger.sending[0],
+                    }
                 ),
             },
         }

@@ -72,6 +72,11 @@ PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
         [("sum by (result) (rate(sglang_pdd:ledger_claims_total[5m]))", "{{result}}")],
     ),
     (
+        "Router replicas: WAN bytes in hand at Prefill (measured, per router's last answer)",
+        "bytes",
+        [("max(sglang_pdd:ledger_wan_sending_bytes)", "in hand")],
+    ),
+    (
         "Errors by status, refused at capacity",
         "reqps",
         [

@@ -46,10 +46,16 @@ class LedgerClient:
         self._answers: dict[str, asyncio.Future] = {}
         self._ended: dict[str, asyncio.Event] = {}
         self._shared: dict[str, tuple[float, float]] = {}  # main -> (bytes, when learned)
+        # What Prefill last measured in hand for the WAN, and when (None: never reported).
+        self.sending: tuple[float | None, float] = (None, 0.0)
         self._reader: asyncio.Task | None = None
         self._silent_until = 0.0  # monotonic time until which the ledger is taken as down
         # overdue: sent unclaimed after waiting too long on others (``MainSite.claim_shared``).
-        self.stats = {"granted": 0, "busy": 0, "unanswered": 0, "refused": 0, "overdue": 0}
+        # measured: answers that carried Prefill's measured WAN bytes.
+        self.stats = {
+            **{"granted": 0, "busy": 0, "unanswered": 0, "refused": 0, "overdue": 0},
+            "measured": 0,
+        }
 
     def start(self, on_failure=None) -> None:
         if self._reader is None:
@@ -62,6 +68,13 @@ class LedgerClient:
         """Bytes other routers have on ``main``'s link, as the ledger last said (0 when stale)."""
         nbytes, when = self._shared.get(main, (0.0, 0.0))
         return nbytes if time.monotonic() - when < SHARED_BYTES_FRESH_S else 0.0
+
+    def sending_bytes(self) -> float | None:
+        """The bytes Prefill measured in hand for the WAN at the last answer (None when it
+        reports none, or that answer is stale: the routers' accounting then stands alone)."""
+        nbytes, when = self.sending
+        fresh = nbytes is not None and time.monotonic() - when < SHARED_BYTES_FRESH_S
+        return nbytes if fresh else None
 
     async def claim(
         self, main: str, rid: str, blocks: list[int], nbytes: float
@@ -101,6 +114,9 @@ class LedgerClient:
             )
             return None
         self._shared[main] = (answer.others_bytes, time.monotonic())
+        if answer.sending_bytes is not None:
+            self.sending = (answer.sending_bytes, time.monotonic())
+            self.stats["measured"] += 1
         self.stats["granted" if isinstance(answer, wire.Granted) else "busy"] += 1
         return answer
 

@@ -72,6 +72,7 @@ class MainSite:
         if ledger is not None:
             self.transfers.on_forget = self._drop_shared
             self.transfers.link.others_bytes = lambda: ledger.others_bytes(endpoint.url)
+            self.transfers.link.measured_bytes = ledger.sending_bytes
         self.subscriber: KvEventSubscriber | None = None
         if endpoint.kv_events:
             self.subscriber = KvEventSubscriber(endpoint.kv_events, KvEventCacheView())

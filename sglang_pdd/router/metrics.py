@@ -117,10 +117,18 @@ class _LedgerCollector:
             "for SHARED_WAIT_LIMIT_S)",
             labels=["result"],
         )
+        sending = GaugeMetricFamily(
+            "sglang_pdd:ledger_wan_sending_bytes",
+            "bytes Prefill's writes to the other datacenter had in hand (waiting for the WAN or "
+            "on it), as Prefill measured them at the ledger's last answer",
+        )
         if self._ledger is not None:
             for result, count in self._ledger.stats.items():
                 claims.add_metric([result], count)
+            if (nbytes := self._ledger.sending[0]) is not None:
+                sending.add_metric([], nbytes)
         yield claims
+        yield sending
 
 
 class RouterMetrics:

@@ -52,8 +52,11 @@ class ClaimTable:
         """Bytes of open claims on ``main`` by routers other than ``owner``."""
         return sum(c.nbytes for c in self._open.values() if c.main == main and c.owner != owner)
 
-    def claim(self, owner: bytes, msg: Claim, now: float) -> list[Reply]:
-        """Open ``msg`` for ``owner``, or name the other router's claim it must wait for."""
+    def claim(
+        self, owner: bytes, msg: Claim, now: float, sending: float | None = None
+    ) -> list[Reply]:
+        """Open ``msg`` for ``owner``, or name the other router's claim it must wait for;
+        ``sending``: the WAN-bound bytes Prefill has in hand now (passed on to the router)."""
         if msg.rid in self._open:
             return [(owner, Refused(msg.rid, f"{msg.rid} already holds a claim"))]
         for block in reversed(msg.blocks):  # the deepest shared block: the longest prefix
@@ -63,14 +66,15 @@ class ClaimTable:
                     if len(holder.waiters) < MAX_WAITERS:
                         holder.waiters.add(owner)
                     self.busy += 1
-                    return [(owner, Busy(msg.rid, rid, self.others_bytes(msg.main, owner)))]
+                    others = self.others_bytes(msg.main, owner)
+                    return [(owner, Busy(msg.rid, rid, others, sending))]
         if len(self._open) >= MAX_CLAIMS:
             return [(owner, Refused(msg.rid, f"the ledger holds {MAX_CLAIMS} claims"))]
         self._open[msg.rid] = _Open(owner, msg.main, tuple(msg.blocks), msg.nbytes, now)
         for block in msg.blocks:
             self._holders.setdefault((msg.main, block), set()).add(msg.rid)
         self.granted += 1
-        return [(owner, Granted(msg.rid, self.others_bytes(msg.main, owner)))]
+        return [(owner, Granted(msg.rid, self.others_bytes(msg.main, owner), sending))]
 
     def drop(self, owner: bytes, rid: str) -> list[Reply]:
         """End ``owner``'s claim ``rid`` (another router's claim is left alone)."""

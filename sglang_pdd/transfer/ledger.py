@@ -21,11 +21,15 @@ def session_host(session_id: str) -> str:
 
 
 class TransferLedger:
-    """Bytes per destination session; routes WAN-bound transfers through one ``WanLink``."""
+    """Bytes per destination session; routes WAN-bound transfers through one ``WanLink``;
+    measures the WAN-bound bytes in hand (``wan_sending_bytes``)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.bytes_by_session: dict[str, int] = defaultdict(int)
+        # WAN-bound bytes between before_transfer and after_transfer: waiting for the link or
+        # on it. What the routers' shared ledger reports as the WAN's queue (prefill/).
+        self._wan_in_hand = 0
         self._link: WanLink | None = None
         self._link_config = None
         self._faults: KvLinkFaults | None = None
@@ -45,26 +49,39 @@ class TransferLedger:
                 self._faults = KvLinkFaults(path)
             return self._faults
 
+    def wan_sending_bytes(self) -> int:
+        """Bytes of WAN-bound writes (to ``--pdd-wan-hosts``) this process has in hand now:
+        entered ``before_transfer``, not yet through ``after_transfer``."""
+        with self._lock:
+            return self._wan_in_hand
+
+    def _is_wan(self, session_id: str) -> bool:
+        return session_host(session_id) in pdd_config.current().wan_hosts
+
+    def after_transfer(self, session_id: str, nbytes: int) -> None:
+        """The write that ``before_transfer`` let through has returned (done or failed)."""
+        if self._is_wan(session_id):
+            with self._lock:
+                self._wan_in_hand -= nbytes
+
     def before_transfer(self, session_id: str, nbytes: int) -> bool:
         """Record ``nbytes`` to ``session_id``; block for the WAN if it is WAN-bound. False:
-        the emulated WAN is dropped (``--pdd-wan-fault-file``) and the write must fail."""
+        the emulated WAN is dropped (``--pdd-wan-fault-file``) and the write must fail. A
+        True answer must be followed by ``after_transfer`` once the write returns."""
         cfg = pdd_config.current()
+        wan = self._is_wan(session_id)
         with self._lock:
             self.bytes_by_session[session_id] += nbytes
             total = self.bytes_by_session[session_id]
-        wan = session_host(session_id) in cfg.wan_hosts
-        faults = self._link_faults(cfg.wan_fault_file) if wan and cfg.wan_fault_file else None
-        link = self._wan_link() if wan and nbytes else None
-        start = time.monotonic()
-        if link is not None and faults is None:
-            link.transmit(nbytes)
-            ok = True
-        elif link is not None:
-            ok = faults.wait_until(link.reserve(nbytes))
-        else:
-            ok = faults is None or faults.admit()
-        waited = time.monotonic() - start
+            if wan:
+                self._wan_in_hand += nbytes
+        try:
+            ok, waited = self._pace(cfg, wan, nbytes)
+        except BaseException:
+            self.after_transfer(session_id, nbytes)
+            raise
         if not ok:
+            self.after_transfer(session_id, nbytes)
             logger.warning(
                 "sglang-pdd: kv-transfer to=%s bytes=%d failed after %.1f s: the "
                 "emulated WAN is dropped (%s)",
@@ -84,6 +101,20 @@ class TransferLedger:
                 waited,
             )
         return True
+
+    def _pace(self, cfg, wan: bool, nbytes: int) -> tuple[bool, float]:
+        """Wait for the emulated WAN (if any): (may the write go, seconds waited)."""
+        faults = self._link_faults(cfg.wan_fault_file) if wan and cfg.wan_fault_file else None
+        link = self._wan_link() if wan and nbytes else None
+        start = time.monotonic()
+        if link is not None and faults is None:
+            link.transmit(nbytes)
+            ok = True
+        elif link is not None:
+            ok = faults.wait_until(link.reserve(nbytes))
+        else:
+            ok = faults is None or faults.admit()
+        return ok, time.monotonic() - start
 
 
 _ledger = TransferLedger()

@@ -86,13 +86,20 @@ class LiveLinkModel:
         # Bytes others put on this path that this model did not start (another router's, as a
         # shared transfer ledger reports them); None: this model sees every transfer.
         self.others_bytes: Callable[[], float] | None = None
+        # The bytes Prefill measures in hand for the WAN now (the shared ledger's word, None
+        # when it has none fresh): a floor under the queue the routers' accounting gives.
+        self.measured_bytes: Callable[[], float | None] | None = None
 
     # -- state ----------------------------------------------------------------------------
     @property
     def queued_bytes(self) -> float:
-        """Bytes dispatched on this path whose KV has not landed yet."""
+        """Bytes dispatched on this path whose KV has not landed yet (this model's and other
+        routers' claims), and never less than what Prefill measures it has in hand for the
+        WAN: those bytes are on the link whatever the routers believe."""
         others = self.others_bytes() if self.others_bytes is not None else 0.0
-        return sum(t.nbytes for t in self._inflight.values()) + others
+        claimed = sum(t.nbytes for t in self._inflight.values()) + others
+        measured = self.measured_bytes() if self.measured_bytes is not None else None
+        return claimed if measured is None else max(claimed, measured)
 
     @property
     def in_flight(self) -> int:

@@ -14,9 +14,12 @@ Router -> ledger, tagged ``"op"``:
 Ledger -> router, tagged ``"event"``:
 
 * ``Granted``: the claim is open; ``others_bytes``: bytes other routers' open claims put on the
-  same Main-Decode's link (the queue ahead this router cannot see).
+  same Main-Decode's link (the queue ahead this router cannot see); ``sending_bytes``: the bytes
+  Prefill's writes to the other datacenter (``--pdd-wan-hosts``) have in hand now, waiting for
+  the WAN or on it, as Prefill measures them (the rank serving the ledger's bytes times the TP
+  size: every rank sends its share of the heads); None where Prefill has no WAN hosts.
 * ``Busy``: another router's open claim ``holder`` carries one of these blocks; nothing was
-  claimed. ``Ended`` for ``holder`` follows when that claim ends.
+  claimed. ``Ended`` for ``holder`` follows when that claim ends. The byte fields as above.
 * ``Ended``: a claim this router was told to wait for is over (dropped or expired).
 * ``Refused``: the message was malformed (``rid``: its rid when one could be read).
 """
@@ -57,11 +60,13 @@ class _Event(msgspec.Struct, frozen=True, tag_field="event"):
 
 class Granted(_Event, frozen=True, tag="granted"):
     others_bytes: Bytes = 0.0
+    sending_bytes: Bytes | None = None
 
 
 class Busy(_Event, frozen=True, tag="busy"):
     holder: Rid
     others_bytes: Bytes = 0.0
+    sending_bytes: Bytes | None = None
 
 
 class Ended(_Event, frozen=True, tag="ended"):

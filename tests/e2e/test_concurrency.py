@@ -263,3 +263,6 @@ def test_two_routers_share_one_cluster_without_duplicate_transfers(
         )
         ledger = info["transfer_ledger"]
         assert ledger["granted"] > 0 and ledger["unanswered"] == ledger["refused"] == 0, ledger
+        # Every answer carried what P measured in hand for the WAN (its --pdd-wan-hosts).
+        assert ledger["measured"] == ledger["granted"] + ledger["busy"], ledger
+        assert ledger["wan_sending_bytes"] is not None, ledger

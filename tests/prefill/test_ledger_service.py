@@ -52,7 +52,8 @@ def test_a_malformed_message_is_refused_naming_the_field():
 
 def test_two_routers_over_a_real_socket():
     port = free_port()
-    service = LedgerService("127.0.0.1", port, ttl_s=60)
+    sending = [None]
+    service = LedgerService("127.0.0.1", port, ttl_s=60, sending=lambda: sending[-1])
     service.start()
     context = zmq.Context()
     try:
@@ -63,8 +64,10 @@ def test_two_routers_over_a_real_socket():
             sock.connect(f"tcp://127.0.0.1:{port}")
         a.send(wire.encode(wire.Claim(rid="a1", main="md", blocks=[1, 2], nbytes=5)))
         assert wire.decode_event(a.recv()) == wire.Granted("a1", 0.0)
+        # Each answer to a claim carries what Prefill measures in hand for the WAN then.
+        sending.append(2048.0)
         b.send(wire.encode(wire.Claim(rid="b1", main="md", blocks=[1, 3], nbytes=5)))
-        assert wire.decode_event(b.recv()) == wire.Busy("b1", "a1", 5.0)
+        assert wire.decode_event(b.recv()) == wire.Busy("b1", "a1", 5.0, 2048.0)
         a.send(wire.encode(wire.Drop(rid="a1")))
         assert wire.decode_event(b.recv()) == wire.Ended("a1")
         b.send(b"not json")

@@ -24,7 +24,7 @@ def _site(ledger: LedgerClient) -> MainSite:
 
 def test_a_second_router_waits_for_the_first_routers_transfer():
     port = free_port()
-    service = LedgerService("127.0.0.1", port, ttl_s=60)
+    service = LedgerService("127.0.0.1", port, ttl_s=60, sending=lambda: 0.0)
     service.start()
 
     async def run():
@@ -49,6 +49,12 @@ def test_a_second_router_waits_for_the_first_routers_transfer():
             assert (a.stats["granted"], b.stats["granted"], b.stats["busy"]) == (1, 1, 1)
             text = RouterMetrics({}, ledger=b).render().decode()
             assert 'sglang_pdd:ledger_claims_total{result="busy"} 1.0' in text
+            assert b.stats["measured"] == 2 and "sglang_pdd:ledger_wan_sending_bytes 0.0" in text
+            # Prefill's measurement is a floor under the queue: a large one shows through.
+            b.sending = (5e6, b.sending[1])
+            assert b.sending_bytes() == 5e6 and site_b.transfers.link.queued_bytes == 5e6
+            b.sending = (5e6, b.sending[1] - ledger_client.SHARED_BYTES_FRESH_S)
+            assert b.sending_bytes() is None  # stale: the routers' accounting alone
         finally:
             await a.close()
             await b.close()

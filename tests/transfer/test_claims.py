@@ -99,3 +99,15 @@ def test_no_two_routers_ever_hold_one_block_and_every_waiter_hears_the_end(steps
     note(table.expire(10**6))
     assert len(table) == 0
     assert set(told_busy) <= set(ended)
+
+
+def test_prefills_measured_wan_bytes_ride_every_answer_to_a_claim():
+    table = ClaimTable(ttl_s=60)
+    assert table.claim(A, _claim("a1", [1, 2]), 0, sending=4096.0) == [
+        (A, Granted("a1", 0.0, 4096.0))
+    ]
+    assert table.claim(B, _claim("b1", [1]), 0, sending=512.0) == [
+        (B, Busy("b1", "a1", 100.0, 512.0))
+    ]
+    # A Prefill without WAN hosts measures nothing: the field stays None.
+    assert table.claim(B, _claim("b2", [5]), 0) == [(B, Granted("b2", 100.0))]

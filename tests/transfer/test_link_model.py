@@ -54,3 +54,19 @@ def test_config_is_validated():
         LinkModelConfig(1e6, 0.1, forget=1.5)
     with pytest.raises(ValueError, match="bandwidth"):
         LinkModelConfig(0, 0.1)
+
+
+def test_prefills_measured_bytes_are_a_floor_under_the_claimed_queue():
+    """What Prefill measures in hand for the WAN is on the link whatever the routers claimed;
+    bytes claimed but not yet handed to the link (prefills still running) count too."""
+    model = LiveLinkModel(PRIOR)
+    model.others_bytes = lambda: 2e5
+    measured: list[float | None] = [None]
+    model.measured_bytes = lambda: measured[0]
+    model.start("a", 1e5, now=0.0)
+    assert model.queued_bytes == 3e5  # no measurement: the claims alone
+    measured[0] = 9e5
+    assert model.queued_bytes == 9e5
+    assert model.predict_s(1e5) == pytest.approx(0.2 + 1.0)
+    measured[0] = 1e4
+    assert model.queued_bytes == 3e5
