@@ -21,7 +21,7 @@ from sglang_pdd.router.relayed import RelayedPipeline, take_ready_event
 from sglang_pdd.router.transfers import DEFERRED
 from sglang_pdd.router.upstream import UpstreamError, abort, post_json, stream_sse
 from sglang_pdd.router.upstream_queue import END as _END
-from sglang_pdd.router.upstream_queue import InlineStream
+from sglang_pdd.router.upstream_queue import InlineStream, PumpedStream
 from sglang_pdd.router.upstream_queue import pump as _pump
 from sglang_pdd.wire.messages import Ready
 from sglang_pdd.wire.rids import SubRids
@@ -85,7 +85,7 @@ class PddRequestRun(RelayedPipeline):
         self._itl = {"relay": _Gaps(), "main": _Gaps()}  # chunk gaps per source
         self._core = None  # P-RLD-MD: the request's HandoffCore
         # instance URL -> this run's streams from it (queues pumped by a task, inline streams)
-        self._streams: dict[str, list[asyncio.Queue | InlineStream]] = {}
+        self._streams: dict[str, list[PumpedStream | InlineStream]] = {}
         self.site.active += 1
         router.prefill_active[self.prefill_url] += 1
         self._counted = True
@@ -127,11 +127,11 @@ class PddRequestRun(RelayedPipeline):
                 exc,
             )
 
-    def _stream_into_queue(self, url: str, body: dict, parked: bool = False) -> asyncio.Queue:
+    def _stream_into_queue(self, url: str, body: dict, parked: bool = False) -> PumpedStream:
         """Stream ``url``'s answer to ``body`` into a queue (a task of its own copies it), for
         a stream waited on together with others. ``parked``: a relayed MD stream, silent until
         the final handoff, when its idle limit starts."""
-        queue: asyncio.Queue = asyncio.Queue()
+        queue = PumpedStream()
         self._streams.setdefault(url, []).append(queue)
         limit = self.router.config.upstream_idle_timeout_s
         # A parked MD stream is silent by design until the final handoff, or until the release
@@ -203,10 +203,7 @@ class PddRequestRun(RelayedPipeline):
         instance draining and lets Relay-Decode finish the request."""
         streams = self._streams.get(error.instance, [])
         for stream in streams:
-            if isinstance(stream, InlineStream):
-                stream.fail(error)
-            else:
-                stream.put_nowait(error)
+            stream.fail(error)
         return bool(streams)
 
     def sub_rids(self) -> dict[str, list[str]]:
@@ -269,9 +266,8 @@ class PddRequestRun(RelayedPipeline):
                 await task
         for streams in self._streams.values():
             for stream in streams:
-                if isinstance(stream, InlineStream):
-                    with contextlib.suppress(Exception):  # a broken stream is closed anyway
-                        await stream.aclose()
+                with contextlib.suppress(Exception):  # a broken stream is closed anyway
+                    await stream.aclose()
         self._prefill_done()
         self.site.active -= 1
         if self._transfer is not None and not self._released:

@@ -144,16 +144,19 @@ class _ChunkReader:
         if isinstance(chunk, dict) and "error" in chunk and "output_ids" not in chunk:
             error = chunk["error"]
             raise UpstreamError(error.get("code", 500) if isinstance(error, dict) else 500, chunk)
-        if isinstance(chunk, dict) and (failure := error_abort(chunk, self.instance)) is not None:
+        if not isinstance(chunk, dict):
+            return chunk
+        meta = chunk.get("meta_info")
+        reason = meta.get("finish_reason") if isinstance(meta, dict) else None
+        aborted = isinstance(reason, dict) and reason.get("type") == "abort"
+        if aborted and (failure := error_abort(reason, self.instance)) is not None:
             raise failure
-        if self.incremental and isinstance(chunk, dict) and "output_ids" in chunk:
-            meta = chunk.get("meta_info") or {}
-            reason = meta.get("finish_reason") or {}
-            # SGLang's final chunk of an aborted incremental stream repeats the last id.
-            if not (isinstance(reason, dict) and reason.get("type") == "abort"):
-                self.ids.extend(chunk["output_ids"])
-                for key, acc in self.entries.items():  # new entries only, like the ids
-                    acc.extend(meta.get(key) or [])
+        # SGLang's final chunk of an aborted incremental stream repeats the last id.
+        if self.incremental and "output_ids" in chunk and not aborted:
+            self.ids.extend(chunk["output_ids"])
+            entries = meta if isinstance(meta, dict) else {}
+            for key, acc in self.entries.items():  # new entries only, like the ids
+                acc.extend(entries.get(key) or [])
         return chunk
 
     def _out(self, chunk):
@@ -170,8 +173,9 @@ class _ChunkReader:
         return chunk
 
 
-def error_abort(chunk: dict, instance: str | None) -> UpstreamError | None:
-    """The error a chunk ending its request with SGLang's error abort stands for, else None.
+def error_abort(reason: dict, instance: str | None) -> UpstreamError | None:
+    """The error an ``abort`` finish reason (a chunk's ``meta_info.finish_reason``) stands
+    for when it is SGLang's error abort, else None.
 
     SGLang ends a request it cannot serve (its KV transfer failed or timed out, it ran out of
     memory, the input is invalid) with finish reason ``abort`` and an HTTP ``status_code``; its
@@ -179,9 +183,7 @@ def error_abort(chunk: dict, instance: str | None) -> UpstreamError | None:
     _handle_abort_finish_reason``). An abort without one (``/abort_request``: the router's own
     aborts of its sub-requests) is a normal end. A 4xx is the request's fault; a 5xx names
     ``instance``, so that the request can continue elsewhere."""
-    meta = chunk.get("meta_info")
-    reason = meta.get("finish_reason") if isinstance(meta, dict) else None
-    if not isinstance(reason, dict) or reason.get("type") != "abort":
+    if reason.get("type") != "abort":
         return None
     status = reason.get("status_code")
     if isinstance(status, bool) or not isinstance(status, int) or not 400 <= status < 600:

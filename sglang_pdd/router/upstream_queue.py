@@ -23,9 +23,22 @@ logger = logging.getLogger("sglang_pdd.router")
 END = object()  # queued after the stream's last chunk (or its error)
 
 
+class PumpedStream(asyncio.Queue):
+    """The queue ``pump`` fills, with an ``InlineStream``'s ``fail`` and ``aclose`` (so that
+    whoever ends a request's streams treats both kinds alike). ``task``: the pumping task."""
+
+    task: asyncio.Task | None = None
+
+    def fail(self, error: Exception) -> None:
+        """End the stream with ``error``: its consumer gets it next (a drain evicting it)."""
+        self.put_nowait(error)
+
+    async def aclose(self) -> None:
+        """Nothing to close here: the pumping task ends with the request's tasks."""
+
+
 async def pump(stream, queue: asyncio.Queue, url: str, idle_limit, poll_s: float = 1.0) -> None:
-    """Copy an upstream SSE stream into ``queue``; an exception is queued (and kept as
-    ``queue.error``), then the end mark.
+    """Copy an upstream SSE stream into ``queue``; an exception is queued, then the end mark.
 
     ``idle_limit()``: how long the stream may stay silent now (None: no limit); checked every
     ``poll_s`` by one watchdog per stream (not a task and a timer per chunk: this runs for
@@ -56,11 +69,9 @@ async def pump(stream, queue: asyncio.Queue, url: str, idle_limit, poll_s: float
         if not fired:
             raise  # cancelled by its owner, not by the watchdog
         reader.uncancel()
-        queue.error = _silent_error(url, fired[0])
-        queue.put_nowait(queue.error)
+        queue.put_nowait(_silent_error(url, fired[0]))
     except Exception as exc:  # noqa: BLE001 - handed to the consumer, which raises it
-        queue.error = _as_upstream_error(exc, url)  # for whoever looks after the stream ended
-        queue.put_nowait(queue.error)
+        queue.put_nowait(_as_upstream_error(exc, url))
     finally:
         guard.cancel()
     queue.put_nowait(END)
@@ -87,7 +98,6 @@ class InlineStream:
         self._failed: Exception | None = None  # fail()'s error, for the next get()
         self._over = False
         self._timer: asyncio.TimerHandle | None = None
-        self.error: Exception | None = None  # the error the stream ended with, if any
 
     async def get(self):
         if self._over:
@@ -138,7 +148,6 @@ class InlineStream:
     def _end(self, error: Exception | None):
         self._cancel_timer()
         self._over = True
-        self.error = error
         return END if error is None else error
 
     def _arm(self, delay: float) -> None:
