@@ -44,6 +44,7 @@ from sglang_pdd.router.request_fields import deterministic, max_new_tokens
 from sglang_pdd.router.transfers import DROPPED
 from sglang_pdd.router.upstream import UpstreamError, abort, post_json
 from sglang_pdd.router.upstream_queue import END as _END
+from sglang_pdd.router.upstream_queue import PumpedStream
 from sglang_pdd.wire.messages import Extended, Ready
 
 logger = logging.getLogger("sglang_pdd.router")
@@ -362,11 +363,11 @@ class RelayedPipeline:
         self.router.run_in_background(self._report_late_transfer(events, main_rid, main_q.task))
         self.router.run_in_background(self._abort_prefill_if_main_failed(main_q))
 
-    async def _abort_prefill_if_main_failed(self, main_q: asyncio.Queue) -> None:
+    async def _abort_prefill_if_main_failed(self, main_q: PumpedStream) -> None:
         """When MD's stream for this request failed (MD died), P's send to MD can never
         complete: abort it on P rather than leave it waiting for SGLang's transfer timeout."""
         await asyncio.shield(main_q.task)
-        if getattr(main_q, "error", None) is not None:
+        if main_q.error is not None:
             await abort(self.router.session, self.prefill_url, self.ids.prefill_for_main)
 
     async def _release_main(self, main_q, main_rid: str) -> None:

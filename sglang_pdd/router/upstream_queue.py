@@ -25,9 +25,12 @@ END = object()  # queued after the stream's last chunk (or its error)
 
 class PumpedStream(asyncio.Queue):
     """The queue ``pump`` fills, with an ``InlineStream``'s ``fail`` and ``aclose`` (so that
-    whoever ends a request's streams treats both kinds alike). ``task``: the pumping task."""
+    whoever ends a request's streams treats both kinds alike). ``task``: the pumping task;
+    ``error``: what the upstream stream failed with, once it has (read after ``task`` ended,
+    by whoever must act on an instance's failure when nobody consumes the queue any more)."""
 
     task: asyncio.Task | None = None
+    error: Exception | None = None
 
     def fail(self, error: Exception) -> None:
         """End the stream with ``error``: its consumer gets it next (a drain evicting it)."""
@@ -37,8 +40,9 @@ class PumpedStream(asyncio.Queue):
         """Nothing to close here: the pumping task ends with the request's tasks."""
 
 
-async def pump(stream, queue: asyncio.Queue, url: str, idle_limit, poll_s: float = 1.0) -> None:
-    """Copy an upstream SSE stream into ``queue``; an exception is queued, then the end mark.
+async def pump(stream, queue: PumpedStream, url: str, idle_limit, poll_s: float = 1.0) -> None:
+    """Copy an upstream SSE stream into ``queue``; an exception is queued (and kept as
+    ``queue.error``), then the end mark.
 
     ``idle_limit()``: how long the stream may stay silent now (None: no limit); checked every
     ``poll_s`` by one watchdog per stream (not a task and a timer per chunk: this runs for
@@ -69,9 +73,11 @@ async def pump(stream, queue: asyncio.Queue, url: str, idle_limit, poll_s: float
         if not fired:
             raise  # cancelled by its owner, not by the watchdog
         reader.uncancel()
-        queue.put_nowait(_silent_error(url, fired[0]))
+        queue.error = _silent_error(url, fired[0])
+        queue.put_nowait(queue.error)
     except Exception as exc:  # noqa: BLE001 - handed to the consumer, which raises it
-        queue.put_nowait(_as_upstream_error(exc, url))
+        queue.error = _as_upstream_error(exc, url)
+        queue.put_nowait(queue.error)
     finally:
         guard.cancel()
     queue.put_nowait(END)

@@ -8,7 +8,7 @@ import time
 import aiohttp
 
 from sglang_pdd.router.upstream import UpstreamError
-from sglang_pdd.router.upstream_queue import END, InlineStream, pump
+from sglang_pdd.router.upstream_queue import END, InlineStream, PumpedStream, pump
 
 
 async def _silent():
@@ -82,13 +82,14 @@ def test_a_failing_stream_is_queued_as_its_error_then_the_end():
         raise ConnectionResetError("peer gone")
 
     async def run():
-        queue = asyncio.Queue()
+        queue = PumpedStream()
         await pump(broken(), queue, "http://x", lambda: None, poll_s=0.01)
         return [queue.get_nowait() for _ in range(3)], queue
 
     (first, error, end), queue = asyncio.run(run())
     assert first == {"i": 0} and end is END
-    assert isinstance(error, ConnectionResetError)
+    # Kept for whoever acts on the failure once nobody reads the queue (relayed.py).
+    assert isinstance(error, ConnectionResetError) and queue.error is error
 
 
 # -- InlineStream: the same answers, read by the consumer's own task ---------------------------
