@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import sys
 import tempfile
@@ -50,6 +51,7 @@ from sglang_pdd.testbed.report import (
     ttft_cdf_plot,
 )
 from sglang_pdd.testbed.workload import (
+    TOKEN_RANGE,
     AgenticConfig,
     TraceConfig,
     agentic_sessions,
@@ -181,11 +183,38 @@ def duplicate_transfers(router_url: str) -> int:
     return sum(m["duplicate_transfers"] for m in info["mains"].values())
 
 
-def run_point(tb: Testbed, sessions, names, label: str, log=print) -> dict:
-    """Every contender on the same workload; returns summaries and raw results."""
+def warm_up(tb: Testbed, name: str, requests_n: int, prompt_tokens: int, seed: int) -> None:
+    """``requests_n`` untimed requests through contender ``name`` (fresh prompts, 128 greedy
+    ids: long enough that PDD hands off), as ``sglang.bench_serving`` warms up by default and
+    as SGLang's own start-up warm-up would (the CPU testbed starts servers with
+    ``--skip-server-warmup``): no contender's first timed request pays its servers' first
+    forward passes (for PDD: MD's first extend)."""
+    rng = random.Random(seed)
+    send = sender(tb, name)
+    for _ in range(requests_n):
+        prompt = [rng.randrange(*TOKEN_RANGE) for _ in range(prompt_tokens)]
+        result = send(
+            {
+                "input_ids": prompt,
+                "sampling_params": {"temperature": 0.0, "max_new_tokens": 512, "ignore_eos": True},
+            }
+        )
+        if result.status != 200:
+            raise RuntimeError(f"{name}: warm-up request failed: {result.status} {result.body}")
+
+
+def run_point(
+    tb: Testbed, sessions, names, label: str, log=print, warmup_requests: int = 0
+) -> dict:
+    """Every contender on the same workload (each after ``warmup_requests`` untimed ones, then
+    with every cache flushed); returns summaries and raw results."""
     runs, summaries = {}, []
     log_path = tb.cluster.prefill.log_path
+    prompt_tokens = max(len(s.turns[0].new_ids) for s in sessions) if sessions else 0
     for name in names:
+        if warmup_requests:
+            settle_and_flush(tb)
+            warm_up(tb, name, warmup_requests, prompt_tokens, seed=len(name))
         settle_and_flush(tb)
         dup0 = duplicate_transfers(tb.routers[name]) if name in tb.routers else None
         _, offset = wan_bytes_since(log_path, 0)
@@ -465,6 +494,13 @@ def main(argv: list[str] | None = None) -> int:
         "per load and link speed, with the goals",
     )
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--warmup-requests",
+        type=int,
+        default=1,
+        help="untimed requests through each contender before its timed run (caches flushed "
+        "after), as sglang.bench_serving's --warmup-requests (default 1); 0: cold servers",
+    )
     args = ap.parse_args(argv)
     args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
     if bad := [c for c in args.contenders if c not in CONTENDERS]:
@@ -496,7 +532,12 @@ def main(argv: list[str] | None = None) -> int:
                     f"ideal prefix hit {100 * prompts_hit:.0f}%"
                 )
                 point = run_point(
-                    tb, sessions, args.contenders, label, log=lambda m: print(m, flush=True)
+                    tb,
+                    sessions,
+                    args.contenders,
+                    label,
+                    log=lambda m: print(m, flush=True),
+                    warmup_requests=args.warmup_requests,
                 )
                 point.update(wan_mbps=mbps, sessions=len(sessions))
                 print(f"\n== {label}")

@@ -38,6 +38,7 @@ PATCH_MODULES: tuple[str, ...] = (
     "penalizer_order",
     "seeded_sampling",
     "cpu_seeded_sampler_eager",
+    "cpu_sdpa_extend_padding",
 )
 
 

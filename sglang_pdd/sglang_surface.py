@@ -161,6 +161,13 @@ SURFACE: tuple[Use, ...] = (
         "patches/cpu_seeded_sampler_eager.py",
         "logprobs",
     ),
+    _pos(
+        METHOD,
+        "sglang.srt.layers.attention.torch_native_backend",
+        "TorchNativeAttnBackend._run_sdpa_forward_extend",
+        "patches/cpu_sdpa_extend_padding.py",
+        "query",
+    ),
     # -- the plugin machinery ---------------------------------------------------------------
     _pos(METHOD, _HOOKS, "HookRegistry.register", "plugin.py", "target", "hook", "hook_type"),
     _use(METHOD, _HOOKS, "HookRegistry.apply_hooks", "plugin.py"),

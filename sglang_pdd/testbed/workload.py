@@ -18,7 +18,7 @@ from pathlib import Path
 from sglang_pdd.cache.prefix_blocks import block_hashes
 
 # Token ids drawn for generated text: inside the tiny model's byte range, away from specials.
-_TOKEN_RANGE = (10, 250)
+TOKEN_RANGE = (10, 250)
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class AgenticConfig:
 
 
 def _tokens(rng: random.Random, n: int) -> tuple[int, ...]:
-    return tuple(rng.randrange(*_TOKEN_RANGE) for _ in range(n))
+    return tuple(rng.randrange(*TOKEN_RANGE) for _ in range(n))
 
 
 def agentic_sessions(cfg: AgenticConfig) -> tuple[Session, ...]:
