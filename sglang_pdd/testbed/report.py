@@ -250,9 +250,18 @@ def ttft_cdf_plot(runs: dict[str, list[RequestResult]], path: str, title: str) -
 SWEEP_GOALS = {"e2e_p50": {None: 0.9}, "e2e_p90": {None: 0.9}, "ttft_p90": {8.0: 0.5, 32.0: 0.7}}
 
 
-def sweep_ratios(points: list[dict], baseline: str = "cross-dc") -> dict:
-    """{(contender, metric): {wan_mbps: [(sessions, ratio to ``baseline``)]}} over sweep points
-    (each ``{"wan_mbps", "sessions", "summaries": [ContenderSummary]}``); points without the
+def goal_for(metric: str, wan_mbps: float) -> float:
+    """Issue 16's goal for PDD's ratio to cross-DC PD: E2E <= 0.9x; P90 TTFT <= 0.5x on a link
+    of 8 Mbit/s or slower, else <= 0.7x."""
+    if metric == "ttft_p90":
+        return 0.5 if wan_mbps <= 8 else 0.7
+    return SWEEP_GOALS[metric][None]
+
+
+def repeated_ratios(points: list[dict], baseline: str = "cross-dc") -> dict:
+    """{(contender, metric): {(wan_mbps, sessions): [ratio to ``baseline``, one per repeat]}}
+    over points (each ``{"wan_mbps", "sessions", "summaries": [ContenderSummary]}``; repeats of
+    one load and link are points with the same two, in the order run); points without the
     baseline, or a metric either side lacks, are left out."""
     out: dict = {}
     for p in points:
@@ -267,12 +276,60 @@ def sweep_ratios(points: list[dict], baseline: str = "cross-dc") -> dict:
                 a, b = getattr(s, metric), getattr(base, metric)
                 if a is None or not b:
                     continue
-                series = out.setdefault((name, metric), {}).setdefault(p["wan_mbps"], [])
-                series.append((p["sessions"], a / b))
+                key = (p["wan_mbps"], p["sessions"])
+                out.setdefault((name, metric), {}).setdefault(key, []).append(a / b)
+    return out
+
+
+def sweep_ratios(points: list[dict], baseline: str = "cross-dc") -> dict:
+    """{(contender, metric): {wan_mbps: [(sessions, ratio to ``baseline``)]}} over sweep points
+    (see ``repeated_ratios``); a load and link run several times (``--repeats``) gives the
+    median of its repeats' ratios."""
+    out: dict = {}
+    for key, by_point in repeated_ratios(points, baseline).items():
+        for (mbps, sessions), values in by_point.items():
+            out.setdefault(key, {}).setdefault(mbps, []).append((sessions, median(values)))
     for by_link in out.values():
         for series in by_link.values():
             series.sort()
     return out
+
+
+def median(values: list[float]) -> float:
+    """The middle value (the mean of the middle two for an even count)."""
+    return float(np.median(values))
+
+
+def contender_order(names: list[str], repeat: int) -> list[str]:
+    """The contenders for repeat ``repeat`` (0-based): ``names`` starting with the
+    ``repeat``-th, wrapping, so that a host that slows down or speeds up during a run does not
+    favour the same contender in every repeat."""
+    if not names:
+        return []
+    k = repeat % len(names)
+    return names[k:] + names[:k]
+
+
+def repeats_summary(points: list[dict], name: str = "pdd", baseline: str = "cross-dc") -> list:
+    """One line per goal metric of ``name`` over ``baseline`` at each load and link run more
+    than once: every repeat's ratio and their median, marked against the goal (issue 16's
+    figures judged on the median, since one run's ratio moves with the host: docs/testbed.md)."""
+    lines = []
+    data = repeated_ratios(points, baseline)
+    for metric in SWEEP_GOALS:
+        for (mbps, sessions), values in sorted(data.get((name, metric), {}).items()):
+            if len(values) < 2:
+                continue
+            goal = goal_for(metric, mbps)
+            mid = median(values)
+            verdict = "met" if mid <= goal else "MISSED"
+            each = " ".join(f"{v:.2f}x" for v in values)
+            lines.append(
+                f"[{verdict}] {name} {metric.replace('_', ' ').upper()} over {baseline}, "
+                f"{sessions} sessions, {mbps:g} Mbit/s, {len(values)} repeats: {each}; median "
+                f"{mid:.2f}x (goal <= {goal}x)"
+            )
+    return lines
 
 
 def sweep_plot(points: list[dict], path: str, baseline: str = "cross-dc") -> None:

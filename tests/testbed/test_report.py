@@ -8,9 +8,11 @@ import pytest
 from sglang_pdd.router.record import PddRecord
 from sglang_pdd.testbed.replay import RequestResult
 from sglang_pdd.testbed.report import (
+    contender_order,
     mean_phases,
     phase_plot,
     ratios,
+    repeats_summary,
     summarize,
     sweep_plot,
     sweep_ratios,
@@ -88,3 +90,34 @@ def test_the_sweep_is_ratios_to_cross_dc_per_link_and_load_and_its_plot_is_writt
     path = tmp_path / "sweep.png"
     sweep_plot(points, str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_repeats_are_judged_on_the_median_of_their_ratios_and_the_sweep_draws_the_median(
+    tmp_path,
+):
+    # Three repeats of one point (E2E 0.8x, 1.3x, 0.85x of cross-DC's), one run of another.
+    points = [_point(8.0, 5, e2e, 0.4) for e2e in (3.2, 5.2, 3.4)] + [_point(8.0, 3, 4.4, 0.5)]
+    data = sweep_ratios(points)
+    assert data[("pdd", "e2e_p50")][8.0] == [(3, pytest.approx(1.1)), (5, pytest.approx(0.85))]
+    lines = repeats_summary(points)
+    # Only the repeated point is summarized: one line per goal metric.
+    assert len(lines) == 3 and all("5 sessions, 8 Mbit/s, 3 repeats" in x for x in lines)
+    [e2e] = [x for x in lines if "E2E P50" in x]
+    assert e2e.startswith("[met]") and "0.80x 1.30x 0.85x; median 0.85x (goal <= 0.9x)" in e2e
+    [ttft] = [x for x in lines if "TTFT P90" in x]
+    assert ttft.startswith("[met]") and "median 0.40x (goal <= 0.5x)" in ttft
+    slow = repeats_summary([_point(32.0, 5, e2e, 0.8) for e2e in (3.2, 4.0)])
+    [ttft32] = [x for x in slow if "TTFT P90" in x]
+    assert ttft32.startswith("[MISSED]") and "(goal <= 0.7x)" in ttft32
+    [e2e32] = [x for x in slow if "E2E P50" in x]
+    assert e2e32.startswith("[met]") and "median 0.90x" in e2e32  # mean of the middle two
+    sweep_plot(points, str(tmp_path / "sweep.png"))
+
+
+def test_each_repeat_starts_with_the_next_contender():
+    names = ["same-dc", "cross-dc", "pdd"]
+    assert contender_order(names, 0) == names
+    assert contender_order(names, 1) == ["cross-dc", "pdd", "same-dc"]
+    assert contender_order(names, 2) == ["pdd", "same-dc", "cross-dc"]
+    assert contender_order(names, 3) == names
+    assert contender_order([], 4) == []
