@@ -7,13 +7,20 @@ lines with transfers in flight and over those without, per server (e.g. PDD's Ma
 ``main``, cross-DC PD's decode server ``cross-dc-decode``):
 
     python benchmark/decode_logs.py /tmp/sglang-pdd-testbed-XXXX/logs-8mbps
+
+``--step-times`` prints instead, per server and per stretch of decoding (a contender's run: lines
+with no gap over ``--gap-s`` between them), the median time of one decode step at each batch
+size (``#running-req`` over ``gen throughput``): the same server's speed over a run, and two
+servers' at equal batch sizes (docs/testbed.md, stop 37).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import re
 import statistics
+from collections import defaultdict
 from pathlib import Path
 
 _LINE = re.compile(
@@ -37,10 +44,68 @@ def summarize(text: str) -> dict[str, tuple[int, float | None, float | None]] | 
     }
 
 
+_STAMPED = re.compile(
+    r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] Decode batch.*?#running-req: (\d+).*?"
+    r"gen throughput \(token/s\): ([\d.]+)",
+    re.MULTILINE,
+)
+
+
+def step_times(text: str, gap_s: float = 25.0, min_lines: int = 4) -> list:
+    """[(first line's time, {batch size: (lines, median ms per decode step)})], one entry per
+    stretch of decode lines with no silence over ``gap_s`` between them; batch sizes with fewer
+    than ``min_lines`` lines are left out (as are lines of zero throughput: an idle start)."""
+    stretches: list = []
+    last = None
+    for stamp, running, tok_s in _STAMPED.findall(text):
+        at = datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S")
+        if float(tok_s) <= 0:
+            continue
+        if last is None or (at - last).total_seconds() > gap_s:
+            stretches.append((stamp, defaultdict(list)))
+        last = at
+        n = int(running)
+        stretches[-1][1][n].append(1000 * n / float(tok_s))
+    return [
+        (
+            stamp,
+            {
+                n: (len(ms), statistics.median(ms))
+                for n, ms in sorted(by_size.items())
+                if len(ms) >= min_lines
+            },
+        )
+        for stamp, by_size in stretches
+    ]
+
+
+def print_step_times(log_dir: Path, gap_s: float) -> None:
+    print(f"{'server':<20} {'from':<19}  ms per decode step at batch size (lines)")
+    for log in sorted(log_dir.glob("*.log")):
+        for stamp, sizes in step_times(log.read_text(errors="replace"), gap_s):
+            if sizes:
+                cells = "  ".join(f"{n}: {ms:5.2f} ({k})" for n, (k, ms) in sizes.items())
+                print(f"{log.stem:<20} {stamp:<19}  {cells}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("log_dir", help="a testbed run's log folder")
+    ap.add_argument(
+        "--step-times",
+        action="store_true",
+        help="per server and stretch of decoding, the median ms per decode step by batch size",
+    )
+    ap.add_argument(
+        "--gap-s",
+        type=float,
+        default=25.0,
+        help="with --step-times: silence that ends a stretch (testbed contenders run apart)",
+    )
     args = ap.parse_args(argv)
+    if args.step_times:
+        print_step_times(Path(args.log_dir), args.gap_s)
+        return 0
     print(
         f"{'server':<20} {'lines':>5} {'in flight: n':>12} {'tok/s p50':>9} "
         f"{'none: n':>7} {'tok/s p50':>9}"
