@@ -187,7 +187,7 @@ def duplicate_transfers(router_url: str) -> int:
 
 
 def warm_up(tb: Testbed, name: str, requests_n: int, prompt_tokens: int, seed: int) -> None:
-    """``requests_n`` untimed requests through contender ``name`` (fresh prompts, 128 greedy
+    """``requests_n`` untimed requests through contender ``name`` (fresh prompts, 512 greedy
     ids: long enough that PDD hands off), as ``sglang.bench_serving`` warms up by default and
     as SGLang's own start-up warm-up would (the CPU testbed starts servers with
     ``--skip-server-warmup``): no contender's first timed request pays its servers' first
