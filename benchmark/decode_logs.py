@@ -23,16 +23,20 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-_LINE = re.compile(
-    r"Decode batch.*?#running-req: (\d+).*?#transfer-req: (\d+).*?gen throughput \(token/s\): "
-    r"([\d.]+)"
+# One ``Decode batch`` line of SGLang's scheduler log: its time stamp (SGLang may add a rank, as
+# in ``[... TP0]``), the running requests, the KV transfers in flight (decode servers of a PD
+# pair log it) and the batch's tokens per second.
+_DECODE_LINE = re.compile(
+    r"^(?:\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)[^\]\n]*\] )?Decode batch.*?#running-req: (\d+)"
+    r"(?:.*?#transfer-req: (\d+))?.*?gen throughput \(token/s\): ([\d.]+)",
+    re.MULTILINE,
 )
 
 
 def summarize(text: str) -> dict[str, tuple[int, float | None, float | None]] | None:
     """(lines, median tok/s with transfers in flight, without) over one log's decode lines;
     None without any."""
-    rows = [(int(r), int(t), float(g)) for r, t, g in _LINE.findall(text)]
+    rows = [(int(r), int(t), float(g)) for _, r, t, g in _DECODE_LINE.findall(text) if t]
     if not rows:
         return None
     busy = [g for _, t, g in rows if t > 0]
@@ -44,20 +48,15 @@ def summarize(text: str) -> dict[str, tuple[int, float | None, float | None]] | 
     }
 
 
-_STAMPED = re.compile(
-    r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] Decode batch.*?#running-req: (\d+).*?"
-    r"gen throughput \(token/s\): ([\d.]+)",
-    re.MULTILINE,
-)
-
-
 def step_times(text: str, gap_s: float = 25.0, min_lines: int = 4) -> list:
     """[(first line's time, {batch size: (lines, median ms per decode step)})], one entry per
     stretch of decode lines with no silence over ``gap_s`` between them; batch sizes with fewer
     than ``min_lines`` lines are left out (as are lines of zero throughput: an idle start)."""
     stretches: list = []
     last = None
-    for stamp, running, tok_s in _STAMPED.findall(text):
+    for stamp, running, _, tok_s in _DECODE_LINE.findall(text):
+        if not stamp:
+            continue  # a line without its time cannot be placed in a stretch
         at = datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S")
         if float(tok_s) <= 0:
             continue

@@ -52,3 +52,15 @@ def test_throughput_is_split_by_transfers_in_flight(decode_logs):
     assert summary["transfers in flight"][:2] == (1, 100.0)
     assert summary["none in flight"][:2] == (1, 300.0)
     assert decode_logs.summarize("no decode lines") is None
+
+
+def test_a_line_with_a_rank_in_its_stamp_or_without_a_stamp_is_read(decode_logs):
+    ranked = _line("02:00:00", 2, 400, transfers=1).replace("02:00:00]", "02:00:00 TP0]")
+    bare = _line("02:00:01", 2, 200).split("] ", 1)[1]  # no time stamp
+    summary = decode_logs.summarize("\n".join([ranked, bare]))
+    assert summary["transfers in flight"][:2] == (1, 400.0)
+    assert summary["none in flight"][:2] == (1, 200.0)
+    # A step time needs the line's time: the unstamped line is not placed in a stretch.
+    [(stamp, sizes)] = decode_logs.step_times("\n".join([ranked] * 4 + [bare]))
+    assert stamp == "2026-12-06 02:00:00"
+    assert sizes == {2: (4, pytest.approx(5.0))}

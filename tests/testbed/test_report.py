@@ -9,6 +9,7 @@ from sglang_pdd.router.record import PddRecord
 from sglang_pdd.testbed.replay import RequestResult
 from sglang_pdd.testbed.report import (
     contender_order,
+    goal_for,
     mean_phases,
     phase_plot,
     ratios,
@@ -112,6 +113,19 @@ def test_repeats_are_judged_on_the_median_of_their_ratios_and_the_sweep_draws_th
     [e2e32] = [x for x in slow if "E2E P50" in x]
     assert e2e32.startswith("[met]") and "median 0.90x" in e2e32  # mean of the middle two
     sweep_plot(points, str(tmp_path / "sweep.png"))
+
+
+def test_the_ttft_goal_is_the_one_of_the_slowest_listed_link_at_least_as_fast():
+    assert [goal_for("ttft_p90", mbps) for mbps in (1, 8, 8.5, 32, 100)] == [
+        0.5,
+        0.5,
+        0.7,
+        0.7,
+        0.7,
+    ]
+    assert goal_for("e2e_p50", 8) == goal_for("e2e_p90", 100) == 0.9
+    with pytest.raises(KeyError):
+        goal_for("itl_p50", 8)
 
 
 def test_each_repeat_starts_with_the_next_contender():
