@@ -5,7 +5,9 @@
 reads a ``benchmark/testbed.py`` JSON (with the ``pdd`` and ``cross-dc`` contenders) and prints,
 per load point and PDD pipeline, how many PDD answers finished before their cross-DC twin and
 why: for handoffs, MD's later start, RLD's head start and MD's slower pace
-(``sglang_pdd/testbed/e2e_diff.py`` defines the split).
+(``sglang_pdd/testbed/e2e_diff.py`` defines the split); and which of PDD's requests came later
+than issue 16's TTFT goal (P90 <= 0.5x cross-DC's at 8 Mbit/s, 0.7x faster), by pipeline and the
+policy's rule.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import json
 import sys
 from pathlib import Path
 
-from sglang_pdd.testbed.e2e_diff import pair_turns, summary_lines
+from sglang_pdd.testbed.e2e_diff import pair_turns, summary_lines, ttft_goal_lines
+from sglang_pdd.testbed.report import goal_for
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
         diffs = pair_turns(runs[args.pdd], runs["cross-dc"])
         print(f"== {point['label']}: {args.pdd} vs cross-dc, {len(diffs)} paired turns")
         for line in summary_lines(diffs):
+            print(line)
+        goal = goal_for("ttft_p90", point["wan_mbps"])
+        for line in ttft_goal_lines(runs[args.pdd], runs["cross-dc"], goal):
             print(line)
     return 0
 

@@ -71,6 +71,7 @@ CONTENDERS = (
     "pdd-after-relay",
     "pdd-no-yield",
     "pdd-yield-window",
+    "pdd-relay-all",
 )
 _KV_LINE = re.compile(r"kv-transfer to=(\S+) bytes=(\d+) .*wan=True")
 
@@ -145,6 +146,10 @@ def start_testbed(group: ServerGroup, model: str, link: WanLinkConfig, args) -> 
     if "pdd-yield-window" in args.contenders:  # yields only to a queue that stood for 2 s
         routers["pdd-yield-window"] = start_router(
             group, cluster, name="router-yield-window", prefill_backlog_window_s=2.0
+        ).url
+    if "pdd-relay-all" in args.contenders:  # --ttft-slo-s 0: every request streams from RLD
+        routers["pdd-relay-all"] = start_router(
+            group, cluster, name="router-relay-all", ttft_slo_s=0.0
         ).url
     return Testbed(cluster, via_wan, decode.url, routers, gateways)
 

@@ -69,6 +69,7 @@ class PddRequestRun(RelayedPipeline):
         self.record = PddRecord(
             pipeline=decision.pipeline,
             reason=decision.reason,
+            rule=decision.rule,
             instance_rid=self.ids.rid,
             main=self.main.url,
             est_main_ready_s=decision.est_main_ready_s

@@ -11,6 +11,7 @@ class PddRecord:
 
     pipeline: str
     reason: str = ""  # why this pipeline, with the estimates the policy used
+    rule: str = ""  # the policy's rule that chose it (the requests metric's label, e.g. within_slo)
     instance_rid: str = ""  # this run's rids on the instances start with it (.p, .relay, ...)
     main: str = ""  # the Main-Decode chosen
     est_main_ready_s: float | None = None  # the policy's estimate of MD's first token

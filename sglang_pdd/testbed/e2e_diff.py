@@ -125,3 +125,37 @@ def summary_lines(diffs: list[TurnDifference]) -> list[str]:
                 f" {1000 * _mean([d.cross_pace_s for d in handed]):.1f} ms/id)"
             )
     return lines
+
+
+def ttft_goal_lines(pdd: list[dict], cross: list[dict], goal: float) -> list[str]:
+    """What stands between PDD's P90 TTFT and ``goal`` x cross-DC PD's P90 TTFT (``benchmark/
+    testbed.py`` JSON rows): the requests whose first token came later than that target (the
+    goal allows a tenth of them at most), grouped by pipeline and the policy's rule, with their
+    mean TTFT, the time until P answered (``prefill_s``: P's queue and prefill, and for P-MD the
+    KV sent to MD) and their cross-DC twins' mean TTFT. Empty without answered requests."""
+    import numpy as np  # the testbed's percentiles (report.py) are numpy's
+
+    done = [r for r in pdd if r["status"] == 200 and r["ttft_s"] is not None]
+    cross_ttft = {(r["sid"], r["turn"]): r["ttft_s"] for r in cross if r["status"] == 200}
+    cross_ttft = {k: v for k, v in cross_ttft.items() if v is not None}
+    if not done or not cross_ttft:
+        return []
+    target = goal * float(np.percentile(list(cross_ttft.values()), 90))
+    late = [r for r in done if r["ttft_s"] > target]
+    lines = [
+        f"TTFT target {target:.2f}s ({goal}x cross-DC's P90): {len(late)} of {len(done)} PDD "
+        f"requests later ({100 * len(late) / len(done):.0f}%; the goal allows 10%)"
+    ]
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in late:
+        record = r["record"] or {}
+        groups.setdefault((record.get("pipeline", "?"), record.get("rule") or "?"), []).append(r)
+    for (pipeline, rule), rows in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        prefill = [r["record"]["prefill_s"] for r in rows if (r["record"] or {}).get("prefill_s")]
+        twins = [cross_ttft[k] for r in rows if (k := (r["sid"], r["turn"])) in cross_ttft]
+        lines.append(
+            f"  {pipeline:<9} {rule:<13} n={len(rows):<3} TTFT mean "
+            f"{_mean([r['ttft_s'] for r in rows]):.2f}s, P answered {_mean(prefill):.2f}s, "
+            f"cross-DC twin {_mean(twins):.2f}s"
+        )
+    return lines

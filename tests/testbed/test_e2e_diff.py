@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_pdd.testbed.e2e_diff import pair_turns, summary_lines
+from sglang_pdd.testbed.e2e_diff import pair_turns, summary_lines, ttft_goal_lines
 
 
 def _row(sid, turn, e2e, ttft, ids, record=None, status=200):
@@ -77,3 +77,20 @@ def test_the_summary_names_each_part_of_a_handoffs_difference():
     assert lines[0].startswith("P-RLD-MD handed off") and "earlier than cross-DC: 0" in lines[0]
     assert "start +0.30s - head start 0.60s (30 RLD ids) + slowdown +0.35s" in lines[1], lines
     assert "MD 25.0 ms/id vs cross-DC 20.0 ms/id" in lines[1]
+
+
+def test_the_ttft_goal_lines_name_the_requests_later_than_the_target_by_pipeline_and_rule():
+    # Cross-DC's ten first tokens: 1.0 .. 1.9 s (P90 1.81 s); the goal 0.5x: target 0.905 s.
+    cross = [_row(0, t, 5.0, 1.0 + t / 10, 10) for t in range(10)]
+    within = {"pipeline": "P-MD", "rule": "within_slo", "prefill_s": 0.8}
+    relayed = {"pipeline": "P-RLD-MD", "rule": "over_slo", "prefill_s": 1.2}
+    pdd = [_row(0, t, 5.0, 0.3, 10, relayed) for t in range(6)]  # early: not listed
+    pdd += [_row(0, 6, 5.0, 1.0, 10, within), _row(0, 7, 5.0, 1.2, 10, within)]
+    pdd += [_row(0, 8, 5.0, 0.95, 10, relayed), _row(0, 9, 5.0, None, 10, within, status=500)]
+    head, first, second = ttft_goal_lines(pdd, cross, 0.5)
+    assert head.startswith("TTFT target 0.91s (0.5x cross-DC's P90): 3 of 9 PDD requests later")
+    assert first.split()[:3] == ["P-MD", "within_slo", "n=2"]
+    assert "TTFT mean 1.10s, P answered 0.80s, cross-DC twin 1.65s" in first
+    assert second.split()[:3] == ["P-RLD-MD", "over_slo", "n=1"]
+    assert "cross-DC twin 1.80s" in second
+    assert ttft_goal_lines([], cross, 0.5) == []
