@@ -573,8 +573,9 @@ def main(argv: list[str] | None = None) -> int:
                     repeats.append(point)
                 if args.repeats > 1:
                     print(f"== {label}: {args.repeats} repeats, contender order rotated")
-                    for line in repeats_summary(repeats):
-                        print(line)
+                    for name in (c for c in args.contenders if c.startswith("pdd")):
+                        for line in repeats_summary(repeats, name):
+                            print(line)
                     print(flush=True)
                 points.extend(repeats)
             if args.bench_serving and mbps == links[0]:
