@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np  # percentiles as the testbed's report computes them (report.py)
+
 
 @dataclass(frozen=True)
 class TurnDifference:
@@ -133,8 +135,6 @@ def ttft_goal_lines(pdd: list[dict], cross: list[dict], goal: float) -> list[str
     goal allows a tenth of them at most), grouped by pipeline and the policy's rule, with their
     mean TTFT, the time until P answered (``prefill_s``: P's queue and prefill, and for P-MD the
     KV sent to MD) and their cross-DC twins' mean TTFT. Empty without answered requests."""
-    import numpy as np  # the testbed's percentiles (report.py) are numpy's
-
     done = [r for r in pdd if r["status"] == 200 and r["ttft_s"] is not None]
     cross_ttft = {(r["sid"], r["turn"]): r["ttft_s"] for r in cross if r["status"] == 200}
     cross_ttft = {k: v for k, v in cross_ttft.items() if v is not None}

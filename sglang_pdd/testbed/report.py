@@ -245,8 +245,6 @@ def ttft_cdf_plot(runs: dict[str, list[RequestResult]], path: str, title: str) -
     plt.close(fig)
 
 
-# The issue-16 goals the sweep plot marks: metric -> ratio to cross-DC PD per link speed (Mbit/s;
-# None: any speed). TTFT P90's goal depends on the link.
 # Issue 16's goals for PDD's ratio to cross-DC PD, by metric, then by the fastest link (Mbit/s)
 # a goal applies to (None: any link): E2E <= 0.9x; P90 TTFT <= 0.5x up to 8 Mbit/s, else 0.7x.
 SWEEP_GOALS = {"e2e_p50": {None: 0.9}, "e2e_p90": {None: 0.9}, "ttft_p90": {8.0: 0.5, 32.0: 0.7}}
