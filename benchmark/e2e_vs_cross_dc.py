@@ -7,7 +7,9 @@ per load point and PDD pipeline, how many PDD answers finished before their cros
 why: for handoffs, MD's later start, RLD's head start and MD's slower pace
 (``sglang_pdd/testbed/e2e_diff.py`` defines the split); and which of PDD's requests came later
 than issue 16's TTFT goal (P90 <= 0.5x cross-DC's at 8 Mbit/s, 0.7x faster), by pipeline and the
-policy's rule.
+policy's rule; then, for points run more than once (``--repeats``), each goal judged on the
+median of the repeats beside same-DC PD's own median ratio to cross-DC PD (a decode server
+beside P: what datacenter A reaches on the same hardware with no WAN at all).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 from pathlib import Path
 
 from sglang_pdd.testbed.e2e_diff import pair_turns, summary_lines, ttft_goal_lines
-from sglang_pdd.testbed.report import goal_for
+from sglang_pdd.testbed.report import goal_for, repeats_summary, summaries_from_json
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,6 +40,14 @@ def main(argv: list[str] | None = None) -> int:
             print(line)
         goal = goal_for("ttft_p90", point["wan_mbps"])
         for line in ttft_goal_lines(runs[args.pdd], runs["cross-dc"], goal):
+            print(line)
+    # Points run more than once (--repeats): the goals judged on medians, beside same-DC PD's.
+    summary = repeats_summary([summaries_from_json(p) for p in data["points"]], args.pdd)
+    if summary:
+        print(
+            f"== the goals on medians of repeats, with same-DC PD's own ratio beside {args.pdd}'s"
+        )
+        for line in summary:
             print(line)
     return 0
 

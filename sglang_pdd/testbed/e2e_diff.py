@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import numpy as np  # percentiles as the testbed's report computes them (report.py)
+from sglang_pdd.testbed.report import pct
 
 
 @dataclass(frozen=True)
@@ -136,11 +136,14 @@ def ttft_goal_lines(pdd: list[dict], cross: list[dict], goal: float) -> list[str
     mean TTFT, the time until P answered (``prefill_s``: P's queue and prefill, and for P-MD the
     KV sent to MD) and their cross-DC twins' mean TTFT. Empty without answered requests."""
     done = [r for r in pdd if r["status"] == 200 and r["ttft_s"] is not None]
-    cross_ttft = {(r["sid"], r["turn"]): r["ttft_s"] for r in cross if r["status"] == 200}
-    cross_ttft = {k: v for k, v in cross_ttft.items() if v is not None}
+    cross_ttft = {
+        (r["sid"], r["turn"]): r["ttft_s"]
+        for r in cross
+        if r["status"] == 200 and r["ttft_s"] is not None
+    }
     if not done or not cross_ttft:
         return []
-    target = goal * float(np.percentile(list(cross_ttft.values()), 90))
+    target = goal * pct(list(cross_ttft.values()), 90)
     late = [r for r in done if r["ttft_s"] > target]
     lines = [
         f"TTFT target {target:.2f}s ({goal}x cross-DC's P90): {len(late)} of {len(done)} PDD "

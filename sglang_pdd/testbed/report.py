@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
@@ -312,13 +312,19 @@ def contender_order(names: list[str], repeat: int) -> list[str]:
     return names[k:] + names[:k]
 
 
-def repeats_summary(points: list[dict], name: str = "pdd", baseline: str = "cross-dc") -> list:
+def repeats_summary(
+    points: list[dict], name: str = "pdd", baseline: str = "cross-dc", reference: str = "same-dc"
+) -> list:
     """One line per goal metric of ``name`` over ``baseline`` at each load and link run more
     than once: every repeat's ratio and their median, marked against the goal (issue 16's
-    figures judged on the median, since one run's ratio moves with the host: docs/testbed.md)."""
+    figures judged on the median, since one run's ratio moves with the host: docs/testbed.md),
+    and, where the run has it, the median ratio of ``reference`` over ``baseline``: same-DC PD,
+    a decode server beside P with no WAN at all, is what a first token or an answer from
+    datacenter A can reach on the same hardware."""
     lines = []
     data = repeated_ratios(points, baseline)
     for metric in SWEEP_GOALS:
+        floors = data.get((reference, metric), {})
         for (mbps, sessions), values in sorted(data.get((name, metric), {}).items()):
             if len(values) < 2:
                 continue
@@ -326,12 +332,24 @@ def repeats_summary(points: list[dict], name: str = "pdd", baseline: str = "cros
             mid = median(values)
             verdict = "met" if mid <= goal else "MISSED"
             each = " ".join(f"{v:.2f}x" for v in values)
+            floor = floors.get((mbps, sessions))
+            beside = f"; {reference} itself {median(floor):.2f}x" if floor else ""
             lines.append(
                 f"[{verdict}] {name} {metric.replace('_', ' ').upper()} over {baseline}, "
                 f"{sessions} sessions, {mbps:g} Mbit/s, {len(values)} repeats: {each}; median "
-                f"{mid:.2f}x (goal <= {goal}x)"
+                f"{mid:.2f}x (goal <= {goal}x){beside}"
             )
     return lines
+
+
+def summaries_from_json(point: dict) -> dict:
+    """A ``benchmark/testbed.py --json`` point as ``repeats_summary`` and ``sweep_ratios`` take
+    it: its summaries as ``ContenderSummary``s (the JSON adds ``relay_share``, a property)."""
+    names = {f.name for f in fields(ContenderSummary)}
+    summaries = [
+        ContenderSummary(**{k: v for k, v in s.items() if k in names}) for s in point["summaries"]
+    ]
+    return {"wan_mbps": point["wan_mbps"], "sessions": point["sessions"], "summaries": summaries}
 
 
 def sweep_plot(points: list[dict], path: str, baseline: str = "cross-dc") -> None:

@@ -14,6 +14,7 @@ from sglang_pdd.testbed.report import (
     phase_plot,
     ratios,
     repeats_summary,
+    summaries_from_json,
     summarize,
     sweep_plot,
     sweep_ratios,
@@ -113,6 +114,33 @@ def test_repeats_are_judged_on_the_median_of_their_ratios_and_the_sweep_draws_th
     [e2e32] = [x for x in slow if "E2E P50" in x]
     assert e2e32.startswith("[met]") and "median 0.90x" in e2e32  # mean of the middle two
     sweep_plot(points, str(tmp_path / "sweep.png"))
+
+
+def test_each_goal_line_names_same_dc_pds_own_median_ratio_where_the_run_has_it():
+    points = []
+    for pdd_e2e, same_e2e in ((3.2, 2.8), (5.2, 3.6), (3.4, 4.4)):
+        point = _point(8.0, 5, pdd_e2e, 0.4)
+        point["summaries"].append(summarize("same-dc", [_result(same_e2e, 0.6, [0.1])]))
+        points.append(point)
+    lines = repeats_summary(points)
+    [e2e] = [x for x in lines if "E2E P50" in x]
+    # same-DC's ratios 0.7x, 0.9x, 1.1x: their median beside PDD's.
+    assert e2e.endswith("median 0.85x (goal <= 0.9x); same-dc itself 0.90x")
+    [ttft] = [x for x in lines if "TTFT P90" in x]
+    assert ttft.endswith("; same-dc itself 0.60x")
+    # A run without same-DC PD says nothing of it; same-DC is not judged as a contender.
+    assert not any("same-dc" in x for x in repeats_summary([_point(8.0, 5, 3, 1)] * 2))
+    assert not any(x.split()[1] == "same-dc" for x in lines)
+
+
+def test_a_json_point_gives_back_the_summaries_it_was_written_from():
+    point = _point(8.0, 5, 3.2, 0.4)
+    written = {
+        "wan_mbps": 8.0,
+        "sessions": 5,
+        "summaries": [s.as_dict() for s in point["summaries"]],
+    }
+    assert summaries_from_json(written) == point
 
 
 def test_the_ttft_goal_is_the_one_of_the_slowest_listed_link_at_least_as_fast():
