@@ -102,6 +102,9 @@ def start_testbed(group: ServerGroup, model: str, link: WanLinkConfig, args) -> 
         kv_events=args.main_kv_events,
     )
     cluster = start_cluster(group, cfg)
+    if args.relay_nice:
+        threads = cluster.relay.set_nice(args.relay_nice)
+        print(f"Relay-Decode: nice {args.relay_nice} on its {threads} threads", flush=True)
     (decode,) = group.start(
         ServerSpec(
             "cross-dc-decode",
@@ -471,6 +474,14 @@ def main(argv: list[str] | None = None) -> int:
         help="MD publishes no KV events (the router's cache view then follows its own "
         "transfers only): to measure what publishing costs MD's decoding",
     )
+    ap.add_argument(
+        "--relay-nice",
+        type=int,
+        default=0,
+        help="nice value (0-19) for the Relay-Decode server, which shares datacenter A's cores "
+        "with P (and is same-DC PD's decode server): the kernel then gives P's prefills the "
+        "cores first, as RLD on chips of its own would leave them (default 0: equal shares)",
+    )
     ap.add_argument("--max-total-tokens", type=int, default=65536)
     ap.add_argument(
         "--contenders",
@@ -522,6 +533,8 @@ def main(argv: list[str] | None = None) -> int:
     args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
     if args.repeats < 1:
         ap.error(f"--repeats must be >= 1, got {args.repeats}")
+    if not 0 <= args.relay_nice <= 19:
+        ap.error(f"--relay-nice must be between 0 and 19, got {args.relay_nice}")
     if bad := [c for c in args.contenders if c not in CONTENDERS]:
         ap.error(f"--contenders: unknown {bad}; accepted: {', '.join(CONTENDERS)}")
 

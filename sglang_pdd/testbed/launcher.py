@@ -145,6 +145,24 @@ class ServerProcess:
         """Undo ``pause`` (SIGCONT)."""
         _signal_group(self.proc.pid, signal.SIGCONT)
 
+    def set_nice(self, value: int) -> int:
+        """Give every thread of the server's processes (its scheduler and detokenizer
+        subprocesses included) the nice ``value``, so that the kernel favours the other
+        processes on its cores; returns how many threads were set. Linux keeps a nice value per
+        thread, so each is set (threads started later inherit their creator's)."""
+        import psutil
+
+        root = psutil.Process(self.proc.pid)
+        count = 0
+        for proc in (root, *root.children(recursive=True)):
+            for thread in proc.threads():
+                try:
+                    os.setpriority(os.PRIO_PROCESS, thread.id, value)
+                except ProcessLookupError:  # a thread that ended meanwhile
+                    continue
+                count += 1
+        return count
+
     def stop(self, timeout: float = 5.0) -> None:
         """Terminate the server's whole process group (SIGTERM, then SIGKILL after ``timeout``:
         a one-rank server exits within a second; a tensor-parallel one on the CPU took 14 s

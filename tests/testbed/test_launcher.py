@@ -155,3 +155,40 @@ def test_only_servers_whose_import_would_match_the_warm_launchers_start_warm():
     assert fork_env(env=(("SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION", "64"),)) is None
     assert fork_env(fork_subprocesses=False) is None
     assert fork_env(cpu=False) is None
+
+
+def test_set_nice_reaches_every_thread_of_the_server_and_its_children(tmp_path):
+    from pathlib import Path
+
+    import psutil
+
+    from sglang_pdd.testbed.launcher import ServerProcess
+
+    # A "server" with a second thread and a child process (as SGLang's scheduler is), which
+    # says when both are up and then waits for its stdin to close.
+    child = "import sys; sys.stdin.read()"
+    script = textwrap.dedent(
+        f"""
+        import subprocess, sys, threading
+        subprocess.Popen([sys.executable, "-c", {child!r}], stdin=subprocess.PIPE)
+        threading.Thread(target=sys.stdin.read, daemon=True).start()
+        print("up", flush=True)
+        sys.stdin.read()
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout.readline().strip() == "up"
+        server = ServerProcess(None, 0, Path(tmp_path / "log"), proc, name="relay")
+        root = psutil.Process(proc.pid)
+        procs = [root, *root.children(recursive=True)]
+        tids = [t.id for p in procs for t in p.threads()]
+        assert len(procs) == 2 and len(tids) >= 3
+        assert server.set_nice(7) == len(tids)
+        # Linux keeps a nice value per thread: each one's own /proc entry must say 7.
+        assert {os.getpriority(os.PRIO_PROCESS, tid) for tid in tids} == {7}
+    finally:
+        proc.kill()  # its child reads the pipe the parent held: it ends at EOF
+        proc.wait()
