@@ -155,7 +155,11 @@ class ServerProcess:
         root = psutil.Process(self.proc.pid)
         count = 0
         for proc in (root, *root.children(recursive=True)):
-            for thread in proc.threads():
+            try:
+                threads = proc.threads()
+            except psutil.NoSuchProcess:  # a child that ended meanwhile
+                continue
+            for thread in threads:
                 try:
                     os.setpriority(os.PRIO_PROCESS, thread.id, value)
                 except ProcessLookupError:  # a thread that ended meanwhile

@@ -324,7 +324,7 @@ def repeats_summary(
     lines = []
     data = repeated_ratios(points, baseline)
     for metric in SWEEP_GOALS:
-        floors = data.get((reference, metric), {})
+        references = data.get((reference, metric), {})
         for (mbps, sessions), values in sorted(data.get((name, metric), {}).items()):
             if len(values) < 2:
                 continue
@@ -332,8 +332,8 @@ def repeats_summary(
             mid = median(values)
             verdict = "met" if mid <= goal else "MISSED"
             each = " ".join(f"{v:.2f}x" for v in values)
-            floor = floors.get((mbps, sessions))
-            beside = f"; {reference} itself {median(floor):.2f}x" if floor else ""
+            theirs = references.get((mbps, sessions))
+            beside = f"; {reference} itself {median(theirs):.2f}x" if theirs else ""
             lines.append(
                 f"[{verdict}] {name} {metric.replace('_', ' ').upper()} over {baseline}, "
                 f"{sessions} sessions, {mbps:g} Mbit/s, {len(values)} repeats: {each}; median "
