@@ -52,6 +52,11 @@ class ContenderSummary:
     def as_dict(self) -> dict:
         return {**asdict(self), "relay_share": self.relay_share}
 
+    @classmethod
+    def from_dict(cls, data: dict) -> ContenderSummary:
+        """The summary ``as_dict`` wrote (its ``relay_share``, a property, is left out)."""
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
 
 def summarize(
     name: str,
@@ -344,11 +349,8 @@ def repeats_summary(
 
 def summaries_from_json(point: dict) -> dict:
     """A ``benchmark/testbed.py --json`` point as ``repeats_summary`` and ``sweep_ratios`` take
-    it: its summaries as ``ContenderSummary``s (the JSON adds ``relay_share``, a property)."""
-    names = {f.name for f in fields(ContenderSummary)}
-    summaries = [
-        ContenderSummary(**{k: v for k, v in s.items() if k in names}) for s in point["summaries"]
-    ]
+    it: its summaries as ``ContenderSummary``s."""
+    summaries = [ContenderSummary.from_dict(s) for s in point["summaries"]]
     return {"wan_mbps": point["wan_mbps"], "sessions": point["sessions"], "summaries": summaries}
 
 

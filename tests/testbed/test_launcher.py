@@ -158,8 +158,6 @@ def test_only_servers_whose_import_would_match_the_warm_launchers_start_warm():
 
 
 def test_set_nice_reaches_every_thread_of_the_server_and_its_children(tmp_path):
-    from pathlib import Path
-
     import psutil
 
     from sglang_pdd.testbed.launcher import ServerProcess
@@ -181,7 +179,7 @@ def test_set_nice_reaches_every_thread_of_the_server_and_its_children(tmp_path):
     )
     try:
         assert proc.stdout.readline().strip() == "up"
-        server = ServerProcess(None, 0, Path(tmp_path / "log"), proc, name="relay")
+        server = ServerProcess(None, 0, tmp_path / "log", proc, name="relay")
         root = psutil.Process(proc.pid)
         procs = [root, *root.children(recursive=True)]
         tids = [t.id for p in procs for t in p.threads()]
