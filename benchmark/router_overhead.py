@@ -166,7 +166,7 @@ def _measure(cluster, routers: dict[str, list], streams: int, args, rng) -> list
             before = sum(_cpu_seconds(p.proc.pid) for p in procs)
             if not procs:
                 mode = "direct"
-            elif name == BARE_RELAY:
+            elif name in (BARE_RELAY, PARSING_RELAY):
                 mode = ("relay", procs[0].url)
             else:
                 mode = [p.url for p in procs]
@@ -207,17 +207,22 @@ def _measure(cluster, routers: dict[str, list], streams: int, args, rng) -> list
 
 
 BARE_RELAY = "bare relay"
+PARSING_RELAY = "parsing relay"
 
 
-def _start_bare_relay(group: ServerGroup, upstream: str) -> ServerProcess:
+def _start_bare_relay(
+    group: ServerGroup, upstream: str, parse: bool = False, incremental: bool = True
+) -> ServerProcess:
     """``sse_floor.relay`` in a process of its own (the group stops it), in front of MD's
-    ``/generate``."""
+    ``/generate``; ``parse``: the relay that decodes each chunk for its ids."""
     port = free_port()
     code = (
         f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-        f"from sse_floor import relay; relay({port}, {upstream + '/generate'!r})"
+        f"from sse_floor import relay; relay({port}, {upstream + '/generate'!r}, "
+        f"parse={parse}, incremental={incremental})"
     )
-    server = group.launch_command(BARE_RELAY.replace(" ", "-"), [sys.executable, "-c", code], port)
+    name = (PARSING_RELAY if parse else BARE_RELAY).replace(" ", "-")
+    server = group.launch_command(name, [sys.executable, "-c", code], port)
     group.wait_ready(server, timeout=60, path=None)
     return server
 
@@ -313,6 +318,13 @@ def main(argv: list[str] | None = None) -> int:
         "per token on the same host and load",
     )
     ap.add_argument(
+        "--parsing-relay",
+        action="store_true",
+        help="also measure a relay that decodes each chunk's JSON for its ids and writes a "
+        "chunk of its own per read (benchmark/sse_floor.py's relay with parse=True): the least "
+        "any router that hands requests off does per chunk, nothing else",
+    )
+    ap.add_argument(
         "--incremental-streams",
         action="store_true",
         help="MD and the routers stream only new ids and text (--incremental-streaming-output, "
@@ -365,6 +377,12 @@ def main(argv: list[str] | None = None) -> int:
         routers = {(f"{n} router" + "s" * (n > 1)): fleet[:n] for n in counts}
         if args.bare_relay:
             routers[BARE_RELAY] = [_start_bare_relay(group, cluster.mains[0].http_via_wan)]
+        if args.parsing_relay:
+            routers[PARSING_RELAY] = [
+                _start_bare_relay(
+                    group, cluster.mains[0].http_via_wan, True, args.incremental_streams
+                )
+            ]
         for streams in levels:
             print(f"{streams} concurrent streams x {args.rounds} rounds ...", flush=True)
             rows += _measure(cluster, routers, streams, args, rng)

@@ -18,9 +18,11 @@ import argparse
 import asyncio
 import multiprocessing
 import time
+import uuid
 from pathlib import Path
 
 import aiohttp
+import orjson
 from tqdm import tqdm
 
 from sglang_pdd.testbed.ports import free_port
@@ -63,12 +65,21 @@ def _serve(port: int, step_s: float) -> None:
     web.run_app(app, host="127.0.0.1", port=port, print=None, loop=loop)
 
 
-def relay(port: int, upstream: str) -> None:
+def relay(port: int, upstream: str, parse: bool = False, incremental: bool = True) -> None:
     """The bare relay: one upstream stream per client stream, each read written on, nothing
     else. ``GET /generate`` passes the query on (this script's server); ``POST /generate`` the
-    body (``benchmark/router_overhead.py --bare-relay``, in front of a Main-Decode)."""
+    body (``benchmark/router_overhead.py --bare-relay``, in front of a Main-Decode).
+
+    ``parse``: the least a router that hands requests off must do with each read instead
+    (``router_overhead.py --parsing-relay``): take the server-sent events out of it (a read
+    may end inside one), decode each chunk's JSON for its ids, and write one chunk of its own
+    per read (the read's ids, the server's text, a ``meta_info`` naming the client's request),
+    as the router does; no detokenizing, record or metrics. ``incremental``: the server's
+    chunks carry only their new ids (``--incremental-streaming-output``), and so do these."""
     import uvloop
     from aiohttp import web
+
+    forward = _ParsedChunks.forward if parse else None
 
     async def generate(request: web.Request) -> web.StreamResponse:
         session = request.app["session"]
@@ -82,8 +93,14 @@ def relay(port: int, upstream: str) -> None:
                 status=up.status, headers={"Content-Type": "text/event-stream"}
             )
             await resp.prepare(request)
-            async for data in up.content.iter_any():
-                await resp.write(data)
+            if forward is None:
+                async for data in up.content.iter_any():
+                    await resp.write(data)
+            else:
+                chunks = _ParsedChunks(incremental)
+                async for data in up.content.iter_any():
+                    if out := forward(chunks, data):
+                        await resp.write(out)
         return resp
 
     async def open_session(app):
@@ -98,6 +115,52 @@ def relay(port: int, upstream: str) -> None:
     loop = uvloop.new_event_loop()
     asyncio.set_event_loop(loop)
     web.run_app(app, host="127.0.0.1", port=port, print=None, loop=loop)
+
+
+class _ParsedChunks:
+    """One stream's server-sent events, parsed for their ids (``relay(parse=True)``)."""
+
+    def __init__(self, incremental: bool) -> None:
+        self.incremental = incremental
+        self.pending = b""  # the start of an event the next read completes
+        self.ids: list[int] = []
+        self.rid = uuid.uuid4().hex  # the client's request, as the router names it
+
+    def forward(self, data: bytes) -> bytes:
+        """What to write for one read: a chunk with the read's ids, or ``[DONE]``."""
+        lines = (self.pending + data).split(b"\n")
+        self.pending = lines.pop()
+        new: list[int] = []
+        last = None
+        done = False
+        for line in lines:
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                done = True
+                break
+            last = orjson.loads(payload)
+            if self.incremental:
+                new += last["output_ids"]
+        out = b""
+        if last is not None:
+            if not self.incremental:
+                new = last["output_ids"][len(self.ids) :]
+            self.ids += new
+            meta = last["meta_info"]
+            chunk = {
+                "text": last["text"],
+                "output_ids": new if self.incremental else self.ids,
+                "meta_info": {
+                    "id": self.rid,
+                    "finish_reason": meta.get("finish_reason"),
+                    "prompt_tokens": meta.get("prompt_tokens"),
+                    "completion_tokens": len(self.ids),
+                },
+            }
+            out = b"data: " + orjson.dumps(chunk) + b"\n\n"
+        return out + b"data: [DONE]\n\n" if done else out
 
 
 async def _clients(url: str, streams: int, tokens: int) -> int:

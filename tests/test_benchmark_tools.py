@@ -1,0 +1,71 @@
+"""Pieces of ``benchmark/`` that reach into the router or parse streams: they fail here, not
+in a measurement, when the router's code moves or a stream is split differently."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+BENCHMARK = Path(__file__).resolve().parent.parent / "benchmark"
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARK / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_router_layers_runs_every_chunk_through_every_layer(tiny_model):
+    """``router_layers.py`` drives the router's own classes with fakes around them: each layer
+    passes every stream's chunks (``measure`` raises on a chunk lost or added, or a request
+    left listed) and gives a figure."""
+    from transformers import AutoTokenizer
+
+    layers = _script("router_layers")
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
+    for ids in ("text", "random"):
+        per_layer = layers.measure(tokenizer, streams=4, chunks=32, repeats=1, ids=ids)
+        assert list(per_layer) == list(layers.LAYERS)
+        assert all(value > 0 for value in per_layer.values())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 50_000), min_size=1, max_size=12),
+    st.lists(st.integers(1, 40), min_size=1, max_size=30),
+    st.booleans(),
+)
+def test_the_parsing_relay_forwards_every_id_once_however_reads_split_the_stream(
+    ids, cuts, incremental
+):
+    """``sse_floor``'s parsing relay (``router_overhead.py --parsing-relay``) writes each id
+    once and ends with ``[DONE]`` whatever bytes each read of the server's stream holds."""
+    import orjson
+
+    floor = _script("sse_floor")
+    events = []
+    for i in range(len(ids)):
+        chunk_ids = [ids[i]] if incremental else ids[: i + 1]
+        meta = {"finish_reason": None, "prompt_tokens": 3}
+        events.append({"text": "t", "output_ids": chunk_ids, "meta_info": meta})
+    stream = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+    relay = floor._ParsedChunks(incremental)
+    written = b""
+    start = 0
+    for cut in cuts * (len(stream) // sum(cuts) + 1):
+        if start >= len(stream):
+            break
+        written += relay.forward(stream[start : start + cut])
+        start += cut
+    frames = [f for f in written.split(b"\n\n") if f]
+    assert frames[-1] == b"data: [DONE]"
+    out = [orjson.loads(f[len(b"data: ") :]) for f in frames[:-1]]
+    got = (
+        [i for chunk in out for i in chunk["output_ids"]] if incremental else out[-1]["output_ids"]
+    )
+    assert got == ids
+    assert all(chunk["meta_info"]["id"] == relay.rid for chunk in out)
