@@ -79,8 +79,6 @@ def relay(port: int, upstream: str, parse: bool = False, incremental: bool = Tru
     import uvloop
     from aiohttp import web
 
-    forward = _ParsedChunks.forward if parse else None
-
     async def generate(request: web.Request) -> web.StreamResponse:
         session = request.app["session"]
         if request.method == "POST":
@@ -93,13 +91,13 @@ def relay(port: int, upstream: str, parse: bool = False, incremental: bool = Tru
                 status=up.status, headers={"Content-Type": "text/event-stream"}
             )
             await resp.prepare(request)
-            if forward is None:
+            if not parse:
                 async for data in up.content.iter_any():
                     await resp.write(data)
             else:
                 chunks = _ParsedChunks(incremental)
                 async for data in up.content.iter_any():
-                    if out := forward(chunks, data):
+                    if out := chunks.forward(data):
                         await resp.write(out)
         return resp
 
