@@ -26,12 +26,12 @@ import asyncio
 import random
 import statistics
 import tempfile
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import orjson
 import uvloop
+from stream_hop import decode_steps  # this folder's: run as a script, it is on sys.path
 
 from sglang_pdd.router.app import _generate_chunk
 from sglang_pdd.router.metrics import RouterMetrics
@@ -167,13 +167,7 @@ async def _measure(layer: int, state, chunks: list[bytes], streams: int) -> floa
     """CPU microseconds per chunk for ``streams`` streams through ``layer``."""
     step = [asyncio.Event()]
     tasks = [asyncio.create_task(_one_stream(layer, state, chunks, step)) for _ in range(streams)]
-    started = time.process_time()
-    while not all(t.done() for t in tasks):
-        released, step[0] = step[0], asyncio.Event()
-        released.set()
-        for _ in range(4):  # let every stream's chunk through every layer
-            await asyncio.sleep(0)
-    spent = time.process_time() - started
+    spent = await decode_steps(step, tasks, hops=4)  # each chunk through every layer
     # A chunk per id; from the pipeline on, one more: the request's end.
     expected = streams * (len(chunks) + (layer >= 2))
     if (got := sum(t.result() for t in tasks)) != expected:

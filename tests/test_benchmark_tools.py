@@ -4,6 +4,7 @@ in a measurement, when the router's code moves or a stream is split differently.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -13,6 +14,10 @@ BENCHMARK = Path(__file__).resolve().parent.parent / "benchmark"
 
 
 def _script(name: str):
+    """``benchmark/NAME.py`` as a module; its folder on ``sys.path``, as when run as a script
+    (it may import its neighbours)."""
+    if str(BENCHMARK) not in sys.path:
+        sys.path.insert(0, str(BENCHMARK))
     spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARK / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
