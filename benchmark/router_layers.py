@@ -36,7 +36,7 @@ from stream_hop import decode_steps  # this folder's: run as a script, it is on 
 from sglang_pdd.router.app import _generate_chunk
 from sglang_pdd.router.metrics import RouterMetrics
 from sglang_pdd.router.run import ClientRun
-from sglang_pdd.router.streaming import chain, sse
+from sglang_pdd.router.streaming import sse
 from sglang_pdd.router.upstream import stream_sse
 from sglang_pdd.router.upstream_queue import END, InlineStream
 
@@ -152,8 +152,9 @@ async def _one_stream(layer: int, state, chunks: list[bytes], step) -> int:
     events = run.events()
     if layer == 3:
         return sum([1 async for _ in events])
-    resp = _Response()
-    async for event in chain(await anext(events), events):
+    resp = _Response()  # as /generate streams: the first event, then the rest
+    await sse(resp, _generate_chunk(run, await anext(events), incremental=True))
+    async for event in events:
         await sse(resp, _generate_chunk(run, event, incremental=True))
     await sse(resp, "[DONE]")
     return resp.writes - 1

@@ -29,7 +29,6 @@ from sglang_pdd.router.state import STATE, RouterState
 from sglang_pdd.router.streaming import (
     DISCONNECTED,
     abandon,
-    chain,
     json_body,
     send_stream,
     sse,
@@ -78,7 +77,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
     incremental = state.config.incremental_streaming_output
 
     async def send(events) -> None:
-        async for event in chain(first, events):
+        await sse(resp, _generate_chunk(run, first, incremental))
+        async for event in events:
             await sse(resp, _generate_chunk(run, event, incremental))
         await sse(resp, "[DONE]")
 
@@ -94,24 +94,21 @@ def _generate_answer(run: ClientRun) -> dict:
 
 
 def _generate_chunk(run: ClientRun, event, incremental: bool) -> dict:
-    """One streamed /generate chunk for ``event`` (SGLang's shape)."""
+    """One streamed /generate chunk for ``event`` (SGLang's shape). It shares the run's lists:
+    encode it before the run goes on (every caller sends it at once)."""
     before = len(run.text.ids)
     if isinstance(event, TokenDelta):
         delta = run.text.add(event.token_ids)
         reason, new_ids = None, event.token_ids
     else:
         reason, delta, new_ids = event.finish_reason, run.tail, []
-    if incremental:  # like SGLang's --incremental-streaming-output: only what is new
-        chunk = {"text": delta, "output_ids": list(new_ids)}
-    else:
-        chunk = {
-            "text": run.text.sent if reason is None else run.text.full(),
-            "output_ids": list(run.text.ids),
-        }
     # The record rides the last chunk only: copied and encoded for every token it was the
     # largest part of the router's per-token work (docs/costs.md).
-    since = before if incremental else 0
-    return {**chunk, "meta_info": run.meta(reason, since=since, record=reason is not None)}
+    meta = run.meta(reason, since=before if incremental else 0, record=reason is not None)
+    if incremental:  # like SGLang's --incremental-streaming-output: only what is new
+        return {"text": delta, "output_ids": new_ids, "meta_info": meta}
+    text = run.text.sent if reason is None else run.text.full()
+    return {"text": text, "output_ids": run.text.ids, "meta_info": meta}
 
 
 async def _generate_many(

@@ -426,11 +426,11 @@ class PddRequestRun(RelayedPipeline):
             if isinstance(chunk, Exception):
                 raise chunk
             ids = chunk["output_ids"]
-            n = min(len(ids), len(expected_prefix))  # what of the prefix this chunk covers
-            if expected_prefix and ids[:n] != list(expected_prefix[:n]):
-                raise UpstreamError(
-                    500, {"error": {"message": "Main-Decode diverged from the handed-off tokens"}}
-                )
+            if expected_prefix:
+                n = min(len(ids), len(expected_prefix))  # what of the prefix this chunk covers
+                if ids[:n] != list(expected_prefix[:n]):
+                    why = "Main-Decode diverged from the handed-off tokens"
+                    raise UpstreamError(500, {"error": {"message": why}})
             if self.record.main_ready_s is None:
                 self._drain_ready(events)
             if len(ids) > sent:

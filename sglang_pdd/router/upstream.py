@@ -122,13 +122,16 @@ class _ChunkReader:
         self.pending = bytearray()  # the start of a line the next read completes
 
     def feed(self, data: bytes) -> tuple[dict | None, bool]:
-        self.pending += data
-        # Whole lines only (a chunk may be split across reads); at the end, what is left.
-        end = self.pending.rfind(b"\n") if data else len(self.pending)
-        if end < 0:
-            return None, False
-        lines = bytes(self.pending[:end]).split(b"\n")
-        del self.pending[: end + 1]
+        if not self.pending and data.endswith(b"\n"):
+            lines = data.split(b"\n")  # whole events only, as most reads hold
+        else:
+            self.pending += data
+            # Whole lines only (a chunk may be split across reads); at the end, what is left.
+            end = self.pending.rfind(b"\n") if data else len(self.pending)
+            if end < 0:
+                return None, False
+            lines = bytes(self.pending[:end]).split(b"\n")
+            del self.pending[: end + 1]
         latest = None
         for line in lines:
             line = line.strip()
