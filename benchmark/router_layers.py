@@ -13,8 +13,8 @@ chunk is released at once, as a decode step does), through the router's own code
    frame) written to a fake response.
 
 ``--ids text`` streams the ids of English text (what a real model writes); ``--ids random``
-draws them uniformly from the vocabulary, as the testbed's random-weight model does, whose
-many lone byte tokens keep the streamed text waiting for a whole character.
+draws them uniformly from the vocabulary (half of the tiny model's 512 are single bytes, which
+the streamed text holds back until a character is whole).
 
     bash scripts/with-env.sh python benchmark/router_layers.py
 """
@@ -100,8 +100,9 @@ class _Response:
 
 def _router_state(tokenizer) -> SimpleNamespace:
     """What ``ClientRun`` and ``PddRequestRun`` read of the router, for a P-MD plan."""
-    decision = SimpleNamespace(pipeline="p-md", reason="benchmark", rule="benchmark")
-    decision.est_main_ready_s = 0.0
+    decision = SimpleNamespace(
+        pipeline="p-md", reason="benchmark", rule="benchmark", est_main_ready_s=0.0
+    )
     main = SimpleNamespace(url=_MAIN)
     site = SimpleNamespace(active=0)
     state = SimpleNamespace(
@@ -207,8 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         "--ids",
         choices=("text", "random"),
         default="text",
-        help="the streamed ids: English text's, or uniform over the vocabulary (as the "
-        "testbed's random-weight model writes)",
+        help="the streamed ids: English text's, or uniform over the vocabulary",
     )
     args = ap.parse_args(argv)
     if min(args.streams, args.chunks, args.repeats) < 1:
