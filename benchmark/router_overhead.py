@@ -23,14 +23,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import sys
 import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 
 import aiohttp
+import psutil
 from tqdm import tqdm
 
 from sglang_pdd.testbed.cluster import PddClusterConfig, start_cluster, start_router
@@ -166,7 +169,7 @@ def _measure(cluster, routers: dict[str, list], streams: int, args, rng) -> list
             before = sum(_cpu_seconds(p.proc.pid) for p in procs)
             if not procs:
                 mode = "direct"
-            elif name in (BARE_RELAY, PARSING_RELAY):
+            elif name in (BARE_RELAY, PARSING_RELAY, TCP_RELAY):
                 mode = ("relay", procs[0].url)
             else:
                 mode = [p.url for p in procs]
@@ -208,6 +211,7 @@ def _measure(cluster, routers: dict[str, list], streams: int, args, rng) -> list
 
 BARE_RELAY = "bare relay"
 PARSING_RELAY = "parsing relay"
+TCP_RELAY = "tcp relay"
 
 
 def _start_bare_relay(
@@ -225,6 +229,35 @@ def _start_bare_relay(
     server = group.launch_command(name, [sys.executable, "-c", code], port)
     group.wait_ready(server, timeout=60, path=None)
     return server
+
+
+def _start_tcp_relay(group: ServerGroup, upstream: str) -> ServerProcess:
+    """``sse_floor.tcp_relay`` in a process of its own, piping bytes to ``upstream``'s port."""
+    port = free_port()
+    where = urllib.parse.urlsplit(upstream)
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+        f"from sse_floor import tcp_relay; tcp_relay({port}, {where.hostname!r}, {where.port})"
+    )
+    server = group.launch_command(TCP_RELAY.replace(" ", "-"), [sys.executable, "-c", code], port)
+    group.wait_ready(server, timeout=60, path=None)
+    return server
+
+
+def _pin(pids: list[int], cpus: set[int], descendants: bool = True) -> None:
+    """Every thread of processes ``pids`` (and of their descendants) onto ``cpus``."""
+    for pid in pids:
+        root = psutil.Process(pid)
+        for proc in (root, *(root.children(recursive=True) if descendants else ())):
+            try:
+                threads = proc.threads()
+            except psutil.NoSuchProcess:
+                continue  # ended since it was listed
+            for thread in threads:
+                try:
+                    os.sched_setaffinity(thread.id, cpus)
+                except ProcessLookupError:
+                    pass  # a thread that ended since it was listed
 
 
 def _summary(agg: dict) -> dict:
@@ -325,6 +358,21 @@ def main(argv: list[str] | None = None) -> int:
         "any router that hands requests off does per chunk, nothing else",
     )
     ap.add_argument(
+        "--tcp-relay",
+        action="store_true",
+        help="also measure a TCP relay in front of MD (benchmark/sse_floor.py's tcp_relay: "
+        "bytes piped on uvloop's protocols, no HTTP at all): the floor under any relay "
+        "process on this stack",
+    )
+    ap.add_argument(
+        "--router-core",
+        type=int,
+        default=None,
+        help="give the routers and relays this CPU core of their own and every other process "
+        "(P, MD, the clients) the other cores, as a deployment runs the router beside, not "
+        "on, the engines' cores (default: every process on every core)",
+    )
+    ap.add_argument(
         "--incremental-streams",
         action="store_true",
         help="MD and the routers stream only new ids and text (--incremental-streaming-output, "
@@ -348,6 +396,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--streams needs positive integers and --rounds >= 1")
     if not counts or min(counts) < 1:
         ap.error("--routers needs positive integers")
+    allowed = os.sched_getaffinity(0)
+    if args.router_core is not None and (args.router_core not in allowed or len(allowed) < 2):
+        ap.error(
+            f"--router-core: one of this process's cores {sorted(allowed)}, with another left "
+            f"for the rest; got {args.router_core}"
+        )
     workdir = Path(tempfile.mkdtemp(prefix="sglang-pdd-router-overhead-"))
     model = args.model_path
     if model is None:
@@ -383,6 +437,15 @@ def main(argv: list[str] | None = None) -> int:
                     group, cluster.mains[0].http_via_wan, True, args.incremental_streams
                 )
             ]
+        if args.tcp_relay:
+            routers[TCP_RELAY] = [_start_tcp_relay(group, cluster.mains[0].http_via_wan)]
+        if args.router_core is not None:
+            others = os.sched_getaffinity(0) - {args.router_core}
+            relays = {p.proc.pid for procs in routers.values() for p in procs}
+            _pin(sorted(relays), {args.router_core})
+            _pin([s.proc.pid for s in group.servers if s.proc.pid not in relays], others)
+            _pin([os.getpid()], others, descendants=False)  # the clients
+            print(f"routers and relays on core {args.router_core}, the rest on {sorted(others)}")
         for streams in levels:
             print(f"{streams} concurrent streams x {args.rounds} rounds ...", flush=True)
             rows += _measure(cluster, routers, streams, args, rng)

@@ -115,6 +115,71 @@ def relay(port: int, upstream: str, parse: bool = False, incremental: bool = Tru
     web.run_app(app, host="127.0.0.1", port=port, print=None, loop=loop)
 
 
+def tcp_relay(port: int, upstream_host: str, upstream_port: int) -> None:
+    """The floor under any relay process on this stack: bytes piped between each client's TCP
+    connection and one of its own to ``upstream`` on uvloop's protocols, with no HTTP, no
+    parsing and no copy (``benchmark/router_overhead.py --tcp-relay``). A router must do at
+    least this, and more: what it costs per token bounds the router's CPU per token from
+    below on the same host and load."""
+    import uvloop
+
+    class Pipe(asyncio.Protocol):
+        """One side of a relayed connection; what it reads is written to its peer."""
+
+        def __init__(self) -> None:
+            self.transport: asyncio.Transport | None = None
+            self.peer: Pipe | None = None
+            self.early: list[bytes] = []  # read before the peer was connected
+
+        def connection_made(self, transport) -> None:
+            self.transport = transport
+
+        def data_received(self, data: bytes) -> None:
+            if self.peer is None:
+                self.early.append(data)
+            else:
+                self.peer.transport.write(data)
+
+        def connection_lost(self, exc) -> None:
+            if self.peer is not None and self.peer.transport is not None:
+                self.peer.transport.close()
+
+        # Flow control: a peer that cannot keep up stops this side reading.
+        def pause_writing(self) -> None:
+            if self.peer is not None:
+                self.peer.transport.pause_reading()
+
+        def resume_writing(self) -> None:
+            if self.peer is not None:
+                self.peer.transport.resume_reading()
+
+    class Client(Pipe):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            asyncio.get_running_loop().create_task(self._connect())
+
+        async def _connect(self) -> None:
+            loop = asyncio.get_running_loop()
+            try:
+                _, upstream = await loop.create_connection(Pipe, upstream_host, upstream_port)
+            except OSError:
+                self.transport.close()
+                return
+            upstream.peer, self.peer = self, upstream
+            for data in self.early:
+                upstream.transport.write(data)
+            self.early.clear()
+            if self.transport.is_closing():
+                upstream.transport.close()
+
+    async def serve() -> None:
+        server = await asyncio.get_running_loop().create_server(Client, "127.0.0.1", port)
+        async with server:
+            await server.serve_forever()
+
+    uvloop.run(serve())
+
+
 class _ParsedChunks:
     """One stream's server-sent events, parsed for their ids (``relay(parse=True)``)."""
 

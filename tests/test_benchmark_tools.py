@@ -74,3 +74,60 @@ def test_the_parsing_relay_forwards_every_id_once_however_reads_split_the_stream
     )
     assert got == ids
     assert all(chunk["meta_info"]["id"] == relay.rid for chunk in out)
+
+
+def test_the_tcp_relay_pipes_every_byte_both_ways_and_closes_with_its_upstream():
+    """``sse_floor.tcp_relay`` (``router_overhead.py --tcp-relay``): what the client sends
+    reaches the upstream whole, the upstream's answer (large enough to fill the socket buffers,
+    so that flow control runs) reaches the client whole, and the upstream closing closes the
+    client's connection."""
+    import hashlib
+    import socket
+    import subprocess
+    import threading
+    import time
+
+    from sglang_pdd.testbed.ports import free_port
+
+    upstream = socket.create_server(("127.0.0.1", 0))
+    request = bytes(range(256)) * 4096  # 1 MiB
+    answer = hashlib.sha256(request).digest() * (1 << 17)  # 4 MiB
+    received = []
+
+    def serve_once() -> None:
+        conn, _ = upstream.accept()
+        with conn:
+            got = b""
+            while len(got) < len(request):
+                got += conn.recv(1 << 16)
+            received.append(got)
+            conn.sendall(answer)
+
+    threading.Thread(target=serve_once, daemon=True).start()
+    port = free_port()
+    code = (
+        f"import sys; sys.path.insert(0, {str(BENCHMARK)!r}); from sse_floor import tcp_relay; "
+        f"tcp_relay({port}, '127.0.0.1', {upstream.getsockname()[1]})"
+    )
+    relay = subprocess.Popen([sys.executable, "-c", code])  # as router_overhead.py starts it
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # until the relay's process listens
+            try:
+                client = socket.create_connection(("127.0.0.1", port), timeout=60)
+                break
+            except ConnectionRefusedError:
+                if time.monotonic() > deadline or relay.poll() is not None:
+                    raise
+                time.sleep(0.05)
+        with client:
+            client.sendall(request)
+            got = bytearray()
+            while chunk := client.recv(1 << 16):  # b"": the relay closed it
+                got += chunk
+        assert received == [request]
+        assert bytes(got) == answer
+    finally:
+        relay.terminate()
+        relay.wait(timeout=60)
+        upstream.close()
