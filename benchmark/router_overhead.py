@@ -55,6 +55,19 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / 100.0  # utime, stime in clock ticks (100 Hz)
 
 
+def _thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """Process ``pid``'s CPU time by thread name (its threads' /proc stat, summed by name)."""
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue  # a thread that ended since it was listed
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / 100.0
+    return out
+
+
 async def _stream(
     session, url: str, body: dict, gaps: list[float], incremental: bool = False
 ) -> tuple[int, float, int]:
@@ -162,11 +175,13 @@ def _measure(cluster, routers: dict[str, list], streams: int, args, rng) -> list
         for m in paths
     }
     cpu = dict.fromkeys(routers, 0.0)
+    threads: dict[str, dict[str, float]] = {name: {} for name in routers}
     order = list(paths)
     for r in tqdm(range(args.rounds), desc=f"{streams} streams", unit="round"):
         for name in order if r % 2 == 0 else order[::-1]:
             procs = paths[name] or []
             before = sum(_cpu_seconds(p.proc.pid) for p in procs)
+            threads_before = [_thread_cpu_seconds(p.proc.pid) for p in procs]
             if not procs:
                 mode = "direct"
             elif name in (BARE_RELAY, PARSING_RELAY, TCP_RELAY):
@@ -176,6 +191,10 @@ def _measure(cluster, routers: dict[str, list], streams: int, args, rng) -> list
             out = asyncio.run(_batch(mode, cluster, streams, args, rng))
             if procs:
                 cpu[name] += sum(_cpu_seconds(p.proc.pid) for p in procs) - before
+                for proc, was in zip(procs, threads_before, strict=True):
+                    for thread, now in _thread_cpu_seconds(proc.proc.pid).items():
+                        spent = now - was.get(thread, 0.0)
+                        threads[name][thread] = threads[name].get(thread, 0.0) + spent
             agg = totals[name]
             for key in ("gaps", "e2e"):
                 agg[key] += out[key]
@@ -195,6 +214,8 @@ def _measure(cluster, routers: dict[str, list], streams: int, args, rng) -> list
                 "added_per_token_ms_p50": 1e3 * (_pct(r["gaps"], 0.5) - _pct(d["gaps"], 0.5)),
                 "added_per_token_ms_p99": 1e3 * (_pct(r["gaps"], 0.99) - _pct(d["gaps"], 0.99)),
                 "router_cpu_ms_per_token": 1e3 * cpu[name] / max(r["tokens"], 1),
+                # Where in the process that CPU went: seconds by thread name.
+                "router_cpu_s_by_thread": threads[name],
                 # Per chunk written to the client: does not depend on how many tokens each
                 # chunk carried (more merge into one read when the router falls behind).
                 "router_cpu_ms_per_chunk": 1e3 * cpu[name] / max(r["chunks"], 1),
@@ -304,6 +325,10 @@ def _print(rows: list[dict]) -> None:
             )
             if s["error_sample"]:
                 print(f"        first error: {s['error_sample']}")
+    for row in rows:
+        spent = sorted(row["router_cpu_s_by_thread"].items(), key=lambda kv: -kv[1])
+        shown = ", ".join(f"{thread} {seconds:.2f} s" for thread, seconds in spent if seconds > 0)
+        print(f"{row['streams']:>7} {row['routers']}: CPU by thread: {shown or 'none measured'}")
 
 
 def _goal_verdict(row: dict) -> str:
