@@ -132,7 +132,10 @@ def _router_state(tokenizer) -> SimpleNamespace:
 async def _one_stream(layer: int, state, chunks: list[bytes], step) -> int:
     """Stream ``chunks`` through the first ``layer`` + 1 layers; the chunks that came out."""
     session = SimpleNamespace(post=lambda url, json: _Stream(chunks, step))
-    upstream = stream_sse(session, f"{_MAIN}/generate", {"input_ids": [1]}, incremental=True)
+    # Its chunks share the reader's id list, as PddRequestRun._stream_inline's do.
+    upstream = stream_sse(
+        session, f"{_MAIN}/generate", {"input_ids": [1]}, incremental=True, shared_ids=True
+    )
     if layer == 0:
         return sum([1 async for _ in upstream])
     stream = InlineStream(upstream, _MAIN, idle_limit_s=600.0)

@@ -144,15 +144,16 @@ class PddRequestRun(RelayedPipeline):
     def _stream_inline(self, url: str, body: dict) -> InlineStream:
         """Stream ``url``'s answer to ``body``, read by the task that consumes it (a stream one
         task reads from start to end)."""
-        stream = InlineStream(
-            self._upstream(url, body), url, self.router.config.upstream_idle_timeout_s
-        )
+        # Read only when its consumer asks for the next chunk: the chunks may share the
+        # reader's id list rather than copy it each time (stream_sse's ``shared_ids``).
+        upstream = self._upstream(url, body, shared_ids=True)
+        stream = InlineStream(upstream, url, self.router.config.upstream_idle_timeout_s)
         self._streams.setdefault(url, []).append(stream)
         return stream
 
-    def _upstream(self, url: str, body: dict):
+    def _upstream(self, url: str, body: dict, shared_ids: bool = False):
         incremental = self.router.incremental_streams.get(url, False)
-        return stream_sse(self.router.session, f"{url}/generate", body, incremental)
+        return stream_sse(self.router.session, f"{url}/generate", body, incremental, shared_ids)
 
     def _main_answer_due(self) -> bool:
         """A parked MD stream owes tokens: the final handoff was sent (or taken), or the

@@ -39,7 +39,9 @@ class StreamingText:
         self.no_stop_trim = no_stop_trim
         self.skip_special_tokens = skip_special_tokens
         self.ids: list[int] = []
-        self.sent = ""
+        # The text sent so far, in pieces: joined when read (``sent``), so that a chunk's
+        # text is not copied onto everything before it (O(answer) per chunk).
+        self._pieces: list[str] = []
         self._final: str | None = None
         self._prefix = 0  # window start: ids before it are behind the emitted text
         self._read = 0  # ids up to here have been emitted
@@ -49,6 +51,13 @@ class StreamingText:
             if self._backend is not None
             else None
         )
+
+    @property
+    def sent(self) -> str:
+        """The text sent so far."""
+        if len(self._pieces) > 1:
+            self._pieces[:] = ["".join(self._pieces)]
+        return self._pieces[0] if self._pieces else ""
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
@@ -72,7 +81,7 @@ class StreamingText:
                 if piece is None:
                     return ""  # a character is incomplete: its ids wait
                 self._read = len(self.ids)  # the text of every id so far is out
-                self.sent += piece
+                self._pieces.append(piece)
                 return piece
         before = self._decode(self.ids[self._prefix : self._read])
         window = self._decode(self.ids[self._prefix :])
@@ -80,7 +89,7 @@ class StreamingText:
             return ""
         delta = window[len(before) :]
         self._prefix, self._read = max(self._read - _CONTEXT_IDS, 0), len(self.ids)
-        self.sent += delta
+        self._pieces.append(delta)
         return delta
 
     def finish(self, finish_reason: dict | None) -> str:
@@ -93,8 +102,9 @@ class StreamingText:
             elif isinstance(matched, int) and self.ids and self.ids[-1] == matched:
                 text = self._decode(self.ids[:-1])
         self._final = text
-        delta = text[len(self.sent) :] if text.startswith(self.sent) else ""
-        self.sent = text
+        sent = self.sent
+        delta = text[len(sent) :] if text.startswith(sent) else ""
+        self._pieces = [text]
         return delta
 
 

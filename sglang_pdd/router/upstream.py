@@ -81,7 +81,11 @@ async def post_json(
 
 
 async def stream_sse(
-    session: aiohttp.ClientSession, url: str, body: dict, incremental: bool = False
+    session: aiohttp.ClientSession,
+    url: str,
+    body: dict,
+    incremental: bool = False,
+    shared_ids: bool = False,
 ):
     """POST with ``stream: true`` and yield chunks until ``[DONE]``.
 
@@ -93,8 +97,15 @@ async def stream_sse(
     One chunk is yielded per read of the socket: the chunks that arrived together are merged
     (every id, the last one's ``meta_info``). Under load, when a decode step's chunks for many
     streams wait while the router serves others, the router's per-chunk work (queue, detokenize,
-    write to the client) is then paid once per read instead of once per token."""
-    chunks = _ChunkReader(incremental, bool(body.get("return_logprob")), url.rsplit("/", 1)[0])
+    write to the client) is then paid once per read instead of once per token.
+
+    ``shared_ids`` (incremental only): each chunk's ``output_ids`` (and logprob entries) is the
+    reader's own running list, not a copy of it, which would cost O(answer) per chunk; only
+    for a consumer done with each chunk before it reads the next (an ``InlineStream``'s), as
+    the list grows with every later read."""
+    chunks = _ChunkReader(
+        incremental, bool(body.get("return_logprob")), url.rsplit("/", 1)[0], shared_ids
+    )
     async with session.post(url, json={**body, "stream": True}) as resp:
         if resp.status != 200:
             raise UpstreamError(resp.status, await _error_body(resp))
@@ -113,8 +124,15 @@ class _ChunkReader:
     it) and whether ``[DONE]`` came; an error chunk raises ``UpstreamError``, and so does a
     chunk that ends the request with SGLang's error abort (``instance``: the server's URL)."""
 
-    def __init__(self, incremental: bool, logprobs: bool, instance: str | None = None) -> None:
+    def __init__(
+        self,
+        incremental: bool,
+        logprobs: bool,
+        instance: str | None = None,
+        shared_ids: bool = False,
+    ) -> None:
         self.instance = instance
+        self.shared_ids = shared_ids  # see stream_sse
         self.incremental = incremental
         self.logprobs = logprobs
         self.ids: list[int] = []
@@ -168,6 +186,11 @@ class _ChunkReader:
         if chunk is None or not (self.incremental and isinstance(chunk, dict)):
             return chunk
         if "output_ids" in chunk:
+            if self.shared_ids:
+                chunk["output_ids"] = self.ids
+                if self.logprobs:
+                    chunk.setdefault("meta_info", {}).update(self.entries)
+                return chunk
             chunk["output_ids"] = list(self.ids)
             if self.logprobs:
                 chunk.setdefault("meta_info", {}).update(

@@ -78,11 +78,13 @@ def _sse(chunks) -> bytes:
     st.lists(st.lists(st.integers(0, 1000), min_size=1, max_size=4), min_size=1, max_size=12),
     st.lists(st.integers(0, 10_000), max_size=20),
     st.booleans(),
+    st.booleans(),
 )
-def test_reads_split_anywhere_give_the_same_ids_and_last_chunk(pieces, cuts, logprobs):
+def test_reads_split_anywhere_give_the_same_ids_and_last_chunk(pieces, cuts, logprobs, shared):
     """However the socket splits the stream (mid-line, mid-chunk, many chunks at once), the
     reader yields growing cumulative ids, ending with every id, the last chunk's finish reason
-    and every logprob entry, then ``[DONE]``."""
+    and every logprob entry, then ``[DONE]``. ``shared``: the chunks carry the reader's own
+    lists (``shared_ids``), read by a consumer done with each chunk before the next read."""
     from sglang_pdd.router.upstream import _ChunkReader
 
     chunks = []
@@ -93,12 +95,16 @@ def test_reads_split_anywhere_give_the_same_ids_and_last_chunk(pieces, cuts, log
         chunks.append({"output_ids": ids, "meta_info": meta, "text": "x"})
     stream = _sse(chunks)
     bounds = sorted({c % (len(stream) + 1) for c in cuts} | {0, len(stream)})
-    reader = _ChunkReader(incremental=True, logprobs=logprobs)
+    reader = _ChunkReader(incremental=True, logprobs=logprobs, shared_ids=shared)
     got, done = [], False
     for a, b in pairwise(bounds):
         latest, done = reader.feed(stream[a:b])
         if latest is not None:
-            got.append(latest)
+            assert (latest["output_ids"] is reader.ids) == shared  # shared: never copied
+            meta = dict(latest["meta_info"])  # what the consumer sees now, before reading on
+            if logprobs:
+                meta["output_token_logprobs"] = list(meta["output_token_logprobs"])
+            got.append({"output_ids": list(latest["output_ids"]), "meta_info": meta})
         if done:  # the caller reads no further: only the [DONE] line's blank line may be left
             assert not stream[b:].strip(), stream[b:]
             break
