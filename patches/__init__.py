@@ -28,6 +28,7 @@ PATCH_MODULES: tuple[str, ...] = (
     "server_args_from_cli",
     "kv_transfer_ledger",
     "kv_transfer_queue_split",
+    "kv_wan_engine",
     "prefill_twin_hold",
     "main_decode_queue",
     "main_handoff_batch",

@@ -13,6 +13,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from sglang_pdd.options import field_default, option
+from sglang_pdd.transfer.wan_engine import WAN_TRANSPORTS
 from sglang_pdd.transfer.wan_link import WanLinkConfig
 
 FLAG_PREFIX = "--pdd-"  # every field of PddServerConfig is a flag --pdd-<field name>
@@ -61,6 +62,16 @@ class PddServerConfig:
         "wait behind them) and cross the emulated link below when one is set",
         type=_host_list,
         metavar="IPS",
+    )
+    # patches/kv_wan_engine.py, sglang_pdd/transfer/wan_engine.py
+    wan_transport: str = option(
+        "auto",
+        "Prefill: how KV to --pdd-wan-hosts leaves. tcp: through a second Mooncake engine "
+        "forced to TCP (MC_FORCE_TCP at its init), while the first (RDMA where the host has an "
+        "HCA) carries the rest; shared: through the one engine that carries everything (RoCE "
+        "across the sites, or TCP everywhere); auto: tcp when this host lists an RDMA device "
+        "and MC_FORCE_TCP is not 1, else shared",
+        choices=WAN_TRANSPORTS,
     )
     wan_bandwidth_mbps: float | None = option(
         None, "emulated WAN bandwidth in Mbit/s for KV sent to --pdd-wan-hosts"
@@ -186,6 +197,16 @@ class PddServerConfig:
             raise ValueError(
                 "--pdd-wan-bandwidth-mbps needs --pdd-wan-hosts (the receivers the emulated link "
                 "applies to)"
+            )
+        if self.wan_transport not in WAN_TRANSPORTS:
+            raise ValueError(
+                f"--pdd-wan-transport={self.wan_transport!r}: accepted values are "
+                + ", ".join(WAN_TRANSPORTS)
+            )
+        if self.wan_transport != "auto" and (self.role != "prefill" or not self.wan_hosts):
+            raise ValueError(
+                f"--pdd-wan-transport {self.wan_transport} is only accepted with --pdd-role "
+                "prefill and --pdd-wan-hosts (the receivers whose KV it carries)"
             )
         if self.wan_fault_file and (self.role != "prefill" or self.wan is None):
             raise ValueError(

@@ -127,6 +127,14 @@ SURFACE: tuple[Use, ...] = (
         "patches/kv_transfer_ledger.py",
         *("session_id", "buffers", "peer_buffer_addresses", "lengths"),
     ),
+    _use(METHOD, _ENGINE, "MooncakeTransferEngine.__init__", "patches/kv_wan_engine.py"),
+    *_attrs(_ENGINE, "MooncakeTransferEngine", "patches/kv_wan_engine.py", "hostname"),
+    *_attrs(
+        _ENGINE,
+        "MooncakeTransferEngine",
+        "patches/kv_wan_engine.py, transfer/wan_engine.py",
+        "engine",
+    ),
     _pos(
         METHOD,
         _MOONCAKE,
