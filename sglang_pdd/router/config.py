@@ -8,10 +8,27 @@ from sglang_pdd.options import option
 from sglang_pdd.policy import HANDOFF_RETRY_S, HandoffPolicyConfig, PipelinePolicyConfig
 from sglang_pdd.router.breaker import BreakerConfig
 
-# SGLang tool-call parsers the router parses answers with as SGLang does, each tested against a
-# co-located server (a classic detector: a begin/end tag per call, no response template, no
-# model-specific ids): --tool-call-parser.
-TOOL_CALL_PARSERS = ("qwen25",)
+# The tool-call and reasoning parsers SGLang 0.5.23 ships (FunctionCallParser.ToolCallParserEnum,
+# ReasoningParser.DetectorMap; tests/test_sglang_surface.py fails when SGLang's lists change):
+# --tool-call-parser, --reasoning-parser. The router parses chat answers with SGLang's own
+# serving code and parser classes (router/openai_chat.py); what a parser needs that the router
+# does not carry to the instances is refused per request with a 400 naming it.
+TOOL_CALL_PARSERS = (
+    "apertus2509", "beam", "cohere_command4", "deepseekv3", "deepseekv31", "deepseekv32",
+    "deepseekv4", "deepseekv41", "dots", "gemma4", "gigachat3", "gigachat35", "glm", "glm45",
+    "glm47", "gpt-oss", "hermes", "hunyuan", "inkling", "interns1", "iquest_q1", "k2_horizon",
+    "kimi_k2", "kimi_k3", "lfm2", "ling3", "llama3", "mimo", "minicpm5", "minimax-m2",
+    "minimax-m3", "mistral", "muse", "nanbeige", "poolside_v1", "pythonic", "qwen", "qwen25",
+    "qwen3_coder", "response_template", "spark25", "step3", "step3p5", "trinity",
+)  # fmt: skip
+REASONING_PARSERS = (
+    "apertus2509", "beam", "cohere_command4", "deepseek-r1", "deepseek-v3", "deepseek-v4",
+    "deepseek-v41", "dots", "gemma4", "gigachat35", "glm45", "gpt-oss",
+    "granite_thinking_parser", "hunyuan", "inkling", "interns1", "iquest_q1", "k2_horizon",
+    "kimi", "kimi_k2", "kimi_k3", "ling3", "mimo", "minimax", "minimax-append-think",
+    "minimax-m3", "mistral", "muse", "nanbeige", "nemotron_3", "poolside_v1", "qwen3",
+    "qwen3-thinking", "response_template", "step3", "step3p5",
+)  # fmt: skip
 
 MAIN_TRANSFER_STARTS = ("with-prefill", "after-relay")
 HANDOFF_SWITCHES = ("overlap", "hold")
@@ -172,6 +189,12 @@ class RouterConfig:
         "same name; without it, tool_choice required or named gets SGLang's JSON-array grammar "
         "and the answer stays text, as in SGLang)",
         choices=TOOL_CALL_PARSERS,
+    )
+    reasoning_parser: str | None = option(
+        None,
+        "separate chat answers' reasoning into reasoning_content with this SGLang parser "
+        "(SGLang's flag of the same name; give the co-located servers' value)",
+        choices=REASONING_PARSERS,
     )
     # A seeded request with temperature > 0 then draws the same tokens on each instance.
     seeded_sampling: bool = option(

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from sglang_pdd.router import openai_chat, openai_logprobs, tool_calls
 from sglang_pdd.router import openai_format as oai
-from sglang_pdd.router import openai_logprobs, tool_calls
 from sglang_pdd.router.fanout import SubRequest, merged_events, sample_count
 from sglang_pdd.router.record import TokenDelta
 from sglang_pdd.router.request_fields import (
+    CHAT_FIELDS,
     OPENAI_FIELDS,
     unsupported_fields,
     unsupported_message,
@@ -38,9 +39,12 @@ async def serve_openai(request: web.Request, state: RouterState, kind: str):
     """Answer one OpenAI request of ``kind`` (``completion`` or ``chat``)."""
     body = await json_body(request)
     validate_openai(body, state.limits)
+    if kind == "chat":
+        return await _serve_chat(request, state, body)
     if unsupported := unsupported_fields(body, OPENAI_FIELDS):
         raise oai.bad_request(unsupported_message(unsupported))
     ids, sampling, plan = _prompt_and_sampling(body, state, kind)
+    _check_sampling(sampling, state)
     n = sample_count(body, "n")
     extra = openai_logprobs.generate_fields(kind, body)
     runs = start_runs(state, [SubRequest(ids, dict(sampling), dict(extra))] * n)
@@ -65,6 +69,50 @@ async def serve_openai(request: web.Request, state: RouterState, kind: str):
     )
 
 
+async def _serve_chat(request: web.Request, state: RouterState, body: dict):
+    """A chat, prompt to answer with SGLang's own serving-chat code (router/openai_chat.py)."""
+    if unsupported := unsupported_fields(body, CHAT_FIELDS):
+        raise oai.bad_request(unsupported_message(unsupported))
+    serving = await openai_chat.serving_for(state)
+    prepared = serving.prepare(body)
+    _check_sampling(prepared.sampling, state)
+    n = sample_count(body, "n")
+    extra = openai_logprobs.generate_fields("chat", body)
+    subs = [SubRequest(prepared.input_ids, dict(prepared.sampling), dict(extra))] * n
+    runs = start_runs(state, subs)
+    oid = "chatcmpl-" + runs[0].rid
+    merged = merged_events(runs)
+    if not prepared.stream:
+        try:
+            async for index, event in merged:
+                if isinstance(event, TokenDelta):
+                    runs[index].text.add(event.token_ids)
+        except DISCONNECTED:
+            await abandon(state, merged)
+            raise
+        answer = serving.response(prepared, oid, runs)
+        records = [run.finished.record.as_dict() for run in runs]
+        answer["pdd"] = records[0] if len(runs) == 1 else records
+        return web.json_response(answer)
+    first = await anext(merged)  # errors before the first token still get an HTTP status
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+
+    async def send(events) -> None:
+        async for line in serving.stream(prepared, oid, runs, chain(first, events)):
+            await resp.write(line.encode())
+
+    return await send_stream(state, resp, merged, send)
+
+
+def _check_sampling(sampling: dict, state: RouterState) -> None:
+    if unsupported := unsupported_sampling(
+        sampling, prefix="", seeded=state.config.seeded_sampling
+    ):
+        names = {"sampling_seed": "seed"}  # back to the OpenAI names the client sent
+        raise oai.bad_request(unsupported_message([names.get(n, n) for n in unsupported]))
+
+
 def _prompt_and_sampling(body: dict, state: RouterState, kind: str):
     """The prompt's ids, SGLang sampling params and the tool-call plan (chat only) of ``body``;
     400 for what PDD cannot carry."""
@@ -80,11 +128,6 @@ def _prompt_and_sampling(body: dict, state: RouterState, kind: str):
     else:
         ids = oai.completion_prompt(body, state.tokenizer)
         sampling = oai.sampling_params(body, default_max_tokens=16)
-    if unsupported := unsupported_sampling(
-        sampling, prefix="", seeded=state.config.seeded_sampling
-    ):
-        names = {"sampling_seed": "seed"}  # back to the OpenAI names the client sent
-        raise oai.bad_request(unsupported_message([names.get(n, n) for n in unsupported]))
     return ids, sampling, plan
 
 

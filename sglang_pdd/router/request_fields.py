@@ -73,6 +73,18 @@ OPENAI_FIELDS = frozenset(
     }
 )
 
+# /v1/chat/completions: the OpenAI fields, and SGLang's chat extensions its own serving-chat
+# code (router/openai_chat.py) builds the prompt and the answer with.
+CHAT_FIELDS = OPENAI_FIELDS | frozenset(
+    {
+        "separate_reasoning",
+        "stream_reasoning",
+        "chat_template_kwargs",
+        "reasoning_effort",
+        "continue_final_message",
+    }
+)
+
 # /generate's sampling_params the router carries across the handoff. Penalties and
 # min_new_tokens are carried because MD counts the handed-off ids into SGLang's penalizers
 # (sglang_pdd.main_decode.penalties); grammars (json_schema, regex, ebnf, structural_tag: one
