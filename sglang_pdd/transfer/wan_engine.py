@@ -154,7 +154,14 @@ class EngineCounters:
 
 
 def _prometheus_counters():
-    from prometheus_client import Counter
+    from prometheus_client import Counter, values
+
+    # prometheus_client picks its value class (in-process or multiprocess files) when it is
+    # first imported. A CPU server whose scheduler was forked from a process that imported it
+    # before SGLang set PROMETHEUS_MULTIPROC_DIR would keep these counters in memory, where
+    # /metrics (served by another process) never sees them; pick again now that it is set.
+    if values.ValueClass.__name__ == "MutexValue":
+        values.ValueClass = values.get_value_class()
 
     labels = ("engine", "peer")
     return (
