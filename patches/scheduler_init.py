@@ -23,6 +23,7 @@ RECORD = PatchRecord(
         "scheduler its MainDecodeState (the control socket on the rank that receives "
         "requests) and register ControlMessages on its _request_dispatcher, start a Prefill's "
         "transfer ledger (--pdd-ledger-port) on the rank that receives requests, and log "
+        "with --pdd-emulate-chip, start the emulated chip's forward pacer and KV scale; log "
         "one line naming the pid, the role, whether the overlap scheduler runs, the hooks "
         "applied in this process, and whether the sgl_kernel stand-in is active."
     ),
@@ -69,6 +70,8 @@ def hook(original, self, server_args, *args, **kwargs):
             curve=config.control_curve(),
         )
         _dispatch_control_messages(self)
+    if config.emulation is not None:
+        _emulate(self, config.emulation, server_args)
     if config.role == "prefill" and config.ledger_port and _receives_requests():
         from sglang_pdd.prefill.ledger_service import LedgerService
         from sglang_pdd.transfer.ledger import ledger
@@ -92,6 +95,19 @@ def hook(original, self, server_args, *args, **kwargs):
         ",".join(applied_targets()),
     )
     return result
+
+
+def _emulate(scheduler, emulation, server_args) -> None:
+    """Pad this scheduler's forwards to the emulated chip (emulation/runtime.py)."""
+    from sglang_pdd.emulation import runtime
+    from sglang_pdd.main_decode.state import kv_bytes_per_token
+
+    runtime.install(
+        emulation,
+        on_decode_server=server_args.disaggregation_mode == "decode",
+        real_kv_bytes=kv_bytes_per_token(scheduler),
+        metrics=bool(server_args.enable_metrics),
+    )
 
 
 def _receives_requests() -> bool:

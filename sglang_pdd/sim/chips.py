@@ -132,18 +132,52 @@ class InstancePerf:
         e = self.engine
         return e.mfu * tokens / (tokens + e.mfu_half_tokens)
 
-    def prefill_time(self, segments: list[tuple[int, int]]) -> float:
-        """Seconds for one chunked-prefill forward over (new_tokens, prior_context) segments."""
-        tokens = 0
-        flops = 0.0
-        attn = self.model.attn_flops_per_ctx_token
+    def forward_time(
+        self,
+        segments: list[tuple[int, float]] = (),
+        decode_batch: int = 0,
+        decode_context: float = 0.0,
+        *,
+        on_decode_server: bool = False,
+    ) -> float:
+        """Seconds for one forward: the one step-time model the simulator and emulated servers
+        (``sglang_pdd.emulation``) share.
+
+        segments: (new_tokens, prior_context) of each extend in the batch (prefill chunks, and
+            Extend-Decode handoffs of token IDs on top of their context).
+        decode_batch, decode_context: requests decoding one token each, and the KV tokens they
+            hold together.
+
+        on_decode_server: the forward runs on a decode instance (an extend there is a
+            handoff, bound by reading the weights like a decode step).
+
+        The forward does the linear layers over every token plus attention over each token's
+        context (compute, at an efficiency that falls for small batches). A forward that
+        decodes, or any forward on a decode server, also reads the weights and every context's
+        KV once (memory) and takes the longer of the two; a prefill server's forward is
+        counted compute-bound, as the simulator was calibrated. Plus tensor-parallel traffic
+        and a fixed per-forward overhead.
+        """
+        tokens = decode_batch
+        attn_pairs = float(decode_context)
+        kv_tokens = float(decode_context)
         for n, ctx in segments:
             tokens += n
-            flops += self._linear_flops * n + attn * n * (ctx + n / 2)
-        if tokens == 0:
+            attn_pairs += n * (ctx + n / 2)
+            kv_tokens += ctx + n
+        if tokens <= 0:
             return 0.0
+        flops = self._linear_flops * tokens + self.model.attn_flops_per_ctx_token * attn_pairs
         compute = flops / (self._flops * self._efficiency(tokens))
-        return compute + tokens * self._comm_s_per_token + self.engine.step_overhead_s
+        memory = 0.0
+        if decode_batch > 0 or on_decode_server:
+            kv_bytes = kv_tokens * self.model.kv_bytes_per_token
+            memory = (self._weight_bytes + kv_bytes) / self._mem_bw
+        return max(memory, compute) + tokens * self._comm_s_per_token + self.engine.step_overhead_s
+
+    def prefill_time(self, segments: list[tuple[int, int]]) -> float:
+        """Seconds for one chunked-prefill forward over (new_tokens, prior_context) segments."""
+        return self.forward_time(segments)
 
     def decode_step_time(
         self, batch: int, context_tokens: float, extend_tokens: int = 0, extend_ctx: float = 0
@@ -153,14 +187,5 @@ class InstancePerf:
         extend_tokens > 0 adds an Extend-Decode handoff: that many token IDs recomputed on top
         of extend_ctx tokens of context in the same forward.
         """
-        if batch <= 0 and extend_tokens <= 0:
-            return 0.0
-        memory = (self._weight_bytes + context_tokens * self.model.kv_bytes_per_token) / (
-            self._mem_bw
-        )
-        tokens = batch + extend_tokens
-        flops = self._linear_flops * tokens + self.model.attn_flops_per_ctx_token * (
-            context_tokens + extend_tokens * (extend_ctx + extend_tokens / 2)
-        )
-        compute = flops / (self._flops * self._efficiency(tokens))
-        return max(memory, compute) + tokens * self._comm_s_per_token + self.engine.step_overhead_s
+        extends = [(extend_tokens, extend_ctx)] if extend_tokens > 0 else []
+        return self.forward_time(extends, batch, context_tokens, on_decode_server=True)

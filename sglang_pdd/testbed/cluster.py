@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from sglang_pdd.policy import HANDOFF_RETRY_S
+from sglang_pdd.testbed.emulated_chips import ChipEmulation
 from sglang_pdd.testbed.launcher import ServerGroup, ServerProcess, ServerSpec
 from sglang_pdd.testbed.ports import free_port
 from sglang_pdd.transfer.wan_link import WanLinkConfig
@@ -52,6 +53,20 @@ class PddClusterConfig:
     seeded_sampling: bool = False
     # The router parses OpenAI tool calls with this SGLang parser (its --tool-call-parser).
     tool_call_parser: str | None = None
+    # Emulated accelerators (chip A in datacenter A, chip B in B); None: the CPU as it is.
+    emulation: ChipEmulation | None = None
+
+    @property
+    def proxy_wan(self) -> WanLinkConfig:
+        """The link of the WAN proxies (HTTP, control, KV events): ``wan`` stretched by the
+        emulation's time dilation, as P stretches its own emulated WAN for KV."""
+        d = self.emulation.time_dilation if self.emulation else 1.0
+        w = self.wan
+        return WanLinkConfig(w.bandwidth_mbps / d, w.one_way_delay_ms * d, w.jitter_ms * d, w.seed)
+
+    def chip_args(self, datacenter: str) -> tuple[str, ...]:
+        """The emulated-chip flags of a server in ``datacenter`` ("A" or "B"), if any."""
+        return self.emulation.server_args(datacenter) if self.emulation else ()
 
     def __post_init__(self) -> None:
         if self.mains < 1:
@@ -119,7 +134,7 @@ def _main_decode_args(cfg: PddClusterConfig, control_port: int, events_port: int
         extra += ("--pdd-seeded-sampling",)
     if cfg.kv_events:
         extra += ("--kv-events-config", kv_events_config(events_port))
-    return extra
+    return extra + cfg.chip_args("B")
 
 
 def _main_specs(cfg: PddClusterConfig, common: dict):
@@ -146,7 +161,7 @@ def _main_specs(cfg: PddClusterConfig, common: dict):
 def _main_site(group, cfg: PddClusterConfig, i: int, main, control_port: int, events_port: int):
     """MD ``i`` of the cluster behind its WAN proxies ("wan-http" for MD 0, "wan-http1"...)."""
     events = events_port if cfg.kv_events else None
-    return _site(group, main, str(i) if i else "", control_port, events, cfg.wan)
+    return _site(group, main, str(i) if i else "", control_port, events, cfg.proxy_wan)
 
 
 def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 600) -> PddCluster:
@@ -169,6 +184,7 @@ def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 60
         str(cfg.wan.jitter_ms),
     )
     prefill_args = ("--pdd-role", "prefill", "--pdd-wan-hosts", DATACENTER_B_HOST, *wan)
+    prefill_args += cfg.chip_args("A")
     if cfg.seeded_sampling:
         prefill_args += ("--pdd-seeded-sampling",)
     if cfg.log_transfers:
@@ -181,7 +197,7 @@ def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 60
         ServerSpec(
             "relay",
             role="decode",
-            extra_args=("--pdd-role", "relay", *streams),
+            extra_args=("--pdd-role", "relay", *streams, *cfg.chip_args("A")),
             cpus=cpus_a,
             **common,
         ),
@@ -323,7 +339,7 @@ def launch_main_decode(
         )
     )
     events = events_port if cfg.kv_events else None
-    return LaunchedMainDecode(group, server, control_port, events, cfg.wan)
+    return LaunchedMainDecode(group, server, control_port, events, cfg.proxy_wan)
 
 
 def cpu_rank_binding(cpus: str, ranks: int) -> str:
@@ -518,7 +534,10 @@ def write_topology(
         site_b.append(main)
     doc = {
         "model_path": cfg.model_path,
-        "wan": {"bandwidth_mbps": cfg.wan.bandwidth_mbps, "rtt_ms": 2 * cfg.wan.one_way_delay_ms},
+        "wan": {
+            "bandwidth_mbps": cfg.proxy_wan.bandwidth_mbps,
+            "rtt_ms": 2 * cfg.proxy_wan.one_way_delay_ms,
+        },
         "router": {"site": "A", "host": "127.0.0.1", "port": port},
         "sites": {"A": {"instances": site_a}, "B": {"instances": site_b}},
     }

@@ -9,7 +9,7 @@ from collections import defaultdict
 
 from sglang_pdd import config as pdd_config
 from sglang_pdd.transfer.kv_link_faults import KvLinkFaults
-from sglang_pdd.transfer.wan_link import WanLink
+from sglang_pdd.transfer.wan_link import WanLink, WanLinkConfig
 
 logger = logging.getLogger("sglang_pdd")
 
@@ -33,6 +33,20 @@ class TransferLedger:
         self._link: WanLink | None = None
         self._link_config = None
         self._faults: KvLinkFaults | None = None
+        # An emulated chip (--pdd-emulate-chip): links are charged the emulated model's KV
+        # (real bytes x kv_scale), and writes within the datacenter cross a local link.
+        self.kv_scale = 1.0
+        self._local: WanLink | None = None
+        self.model_bytes_by_session: dict[str, int] = defaultdict(int)
+
+    def set_emulation(self, *, kv_scale: float, local_bytes_per_s: float) -> None:
+        """Charge every write ``kv_scale`` times its bytes (the emulated model's KV), and pace
+        writes to receivers not across the WAN on an intra-datacenter link of this speed."""
+        with self._lock:
+            self.kv_scale = kv_scale
+            self._local = WanLink(
+                WanLinkConfig(bandwidth_mbps=local_bytes_per_s * 8 / 1e6, one_way_delay_ms=0.0)
+            )
 
     def _wan_link(self) -> WanLink | None:
         cfg = pdd_config.current()
@@ -70,13 +84,15 @@ class TransferLedger:
         True answer must be followed by ``after_transfer`` once the write returns."""
         cfg = pdd_config.current()
         wan = self._is_wan(session_id)
+        charged = round(nbytes * self.kv_scale)
         with self._lock:
             self.bytes_by_session[session_id] += nbytes
+            self.model_bytes_by_session[session_id] += charged
             total = self.bytes_by_session[session_id]
             if wan:
                 self._wan_in_hand += nbytes
         try:
-            ok, waited = self._pace(cfg, wan, nbytes)
+            ok, waited = self._pace(cfg, wan, charged)
         except BaseException:
             self.after_transfer(session_id, nbytes)
             raise
@@ -93,19 +109,22 @@ class TransferLedger:
             return False
         if cfg.log_transfers:
             logger.info(
-                "sglang-pdd: kv-transfer to=%s bytes=%d total=%d wan=%s waited_s=%.3f",
+                "sglang-pdd: kv-transfer to=%s bytes=%d total=%d model_bytes=%d wan=%s "
+                "waited_s=%.3f",
                 session_id,
                 nbytes,
                 total,
+                charged,
                 wan,
                 waited,
             )
         return True
 
     def _pace(self, cfg, wan: bool, nbytes: int) -> tuple[bool, float]:
-        """Wait for the emulated WAN (if any): (may the write go, seconds waited)."""
+        """Wait for the emulated WAN or, for an emulated chip's local writes, the local link:
+        (may the write go, seconds waited)."""
         faults = self._link_faults(cfg.wan_fault_file) if wan and cfg.wan_fault_file else None
-        link = self._wan_link() if wan and nbytes else None
+        link = (self._wan_link() if wan else self._local) if nbytes else None
         start = time.monotonic()
         if link is not None and faults is None:
             link.transmit(nbytes)

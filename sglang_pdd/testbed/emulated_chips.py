@@ -1,0 +1,49 @@
+"""Which accelerator each testbed server emulates: datacenter A's chip (P, RLD, same-DC PD's
+decode server) and datacenter B's (MD, cross-DC PD's decode server), as ``--pdd-*`` flags."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ChipEmulation:
+    """The emulated chips of a testbed (``sglang_pdd.emulation``); the defaults are the
+    brief's: chip A in datacenter A, the decode-strong chip B in datacenter B, 8 chips per
+    instance, the simulator's model."""
+
+    chip_a: str = "A"
+    chip_b: str = "B"
+    chips: int = 8
+    token_scale: int = 1
+    time_dilation: float = 1.0
+    model_file: str = ""
+
+    def __post_init__(self) -> None:
+        from sglang_pdd.config import PddServerConfig
+
+        for chip in (self.chip_a, self.chip_b):  # refuses bad values, naming the flag
+            PddServerConfig(
+                emulate_chip=chip,
+                emulate_chips=self.chips,
+                token_scale=self.token_scale,
+                time_dilation=self.time_dilation,
+                emulate_model=self.model_file,
+            )
+
+    def server_args(self, datacenter: str) -> tuple[str, ...]:
+        """The ``launch_server`` flags of a server in ``datacenter`` ("A" or "B")."""
+        if datacenter not in ("A", "B"):
+            raise ValueError(f"datacenter must be A or B, got {datacenter!r}")
+        chip = self.chip_a if datacenter == "A" else self.chip_b
+        args = (
+            "--pdd-emulate-chip",
+            chip,
+            "--pdd-emulate-chips",
+            str(self.chips),
+            "--pdd-token-scale",
+            str(self.token_scale),
+            "--pdd-time-dilation",
+            str(self.time_dilation),
+        )
+        return args + (("--pdd-emulate-model", self.model_file) if self.model_file else ())
