@@ -64,13 +64,14 @@ def server_argv(
     argv += ["--tp-size", str(inst.tp)]
     argv += ["--disaggregation-mode", _DISAGGREGATION_MODE[inst.role]]
     argv += ["--disaggregation-transfer-backend", "mooncake", "--pdd-role", inst.role]
-    if (device := t.sites[site].ib_device) is not None:
-        argv += ["--disaggregation-ib-device", device]
+    if mooncake_transport(t, site, inst) == "rdma":
+        argv += ["--disaggregation-ib-device", t.sites[site].ib_device]
     if inst.role == "prefill":
         if inst.bootstrap_port is not None:
             argv += ["--disaggregation-bootstrap-port", str(inst.bootstrap_port)]
         if remote := t.remote_hosts(site):
             argv += ["--pdd-wan-hosts", ",".join(remote)]
+            argv += ["--pdd-wan-transport", wan_transport(t, site)]
         if inst.ledger_port is not None:
             argv += ["--pdd-ledger-port", str(inst.ledger_port), "--pdd-ledger-host", host]
     if inst.role == "main":
@@ -88,15 +89,47 @@ def server_argv(
     return argv + list(inst.args)
 
 
+def wan_over_rdma(t: Topology) -> bool:
+    """Whether KV crosses the WAN over RDMA: every site names an RDMA device (RoCE routed
+    between the sites). Otherwise it crosses over TCP."""
+    return all(s.ib_device is not None for s in t.sites.values())
+
+
+def mooncake_transport(t: Topology, site: str, inst: Instance) -> str:
+    """``rdma`` or ``tcp``: the transport of ``inst``'s (first) Mooncake engine.
+
+    A site without an RDMA device is TCP. A Main-Decode receives KV only across the WAN, so it
+    is TCP unless the WAN carries RDMA, whatever its own site has (a receiver has one engine,
+    and a TCP sender cannot reach an RDMA-only one). A Prefill in an RDMA site stays RDMA: its
+    second engine (``--pdd-wan-transport tcp``) carries the WAN's KV."""
+    if t.sites[site].ib_device is None:
+        return "tcp"
+    if inst.role == "main" and not wan_over_rdma(t):
+        return "tcp"
+    return "rdma"
+
+
+def wan_transport(t: Topology, site: str) -> str:
+    """A Prefill's ``--pdd-wan-transport``: ``tcp`` (a second engine, forced to TCP) when its
+    site has RDMA and the WAN does not; ``shared`` (its one engine) otherwise."""
+    return "tcp" if t.sites[site].ib_device is not None and not wan_over_rdma(t) else "shared"
+
+
 def server_env(t: Topology, site: str, inst: Instance) -> dict[str, str]:
-    """What ``inst``'s process adds to its environment."""
+    """What ``inst``'s process adds to its environment.
+
+    TCP is forced with ``MC_FORCE_TCP=1``: Mooncake installs RDMA whenever the host has an
+    HCA, whatever ``MOONCAKE_PROTOCOL`` says. A Prefill in an RDMA site is never forced to TCP
+    as a whole; it gets Mooncake's TCP limits for its WAN engine."""
     env = {"SGLANG_HOST_IP": inst.host}  # the address Mooncake announces to its peers
     if inst.chips:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, inst.chips))
-    if t.sites[site].ib_device is None:
-        env |= {"MOONCAKE_PROTOCOL": "tcp", **TCP_LIMITS}
+    if mooncake_transport(t, site, inst) == "tcp":
+        env |= {"MOONCAKE_PROTOCOL": "tcp", "MC_FORCE_TCP": "1", **TCP_LIMITS}
     else:
         env["MOONCAKE_PROTOCOL"] = "rdma"
+        if inst.role == "prefill" and wan_transport(t, site) == "tcp" and t.remote_hosts(site):
+            env |= TCP_LIMITS
     return env
 
 
