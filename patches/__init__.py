@@ -24,6 +24,7 @@ PATCH_MODULES: tuple[str, ...] = (
     "cpu_parallel_groups",
     "cpu_fork_subprocesses",
     "scheduler_init",
+    "emulated_forward",
     "server_args_cli",
     "server_args_from_cli",
     "kv_transfer_ledger",

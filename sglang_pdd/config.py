@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 from dataclasses import dataclass
+from functools import cached_property
 
 from sglang_pdd.options import field_default, option
 from sglang_pdd.transfer.wan_engine import WAN_TRANSPORTS
@@ -164,21 +165,70 @@ class PddServerConfig:
         "0.4x the CPU). Refused unless SGLANG_USE_CPU_ENGINE=1 and no CUDA device is present",
     )
 
+    # sglang_pdd/emulation/: an emulated accelerator (patches/emulated_forward.py)
+    emulate_chip: str = option(
+        "",
+        "emulate this accelerator: every forward runs on this host, then waits until the chip "
+        "would have finished it (the simulator's step-time model). A or B (the simulator's "
+        "built-in chips: B decodes at 2.1x A, prefills at 0.81x) or FILE.yaml:NAME (a chips "
+        "file as sglang-pdd sim reads). Also charges KV writes at the emulated model's size "
+        "on the emulated links. Empty: no emulation",
+        metavar="CHIP",
+    )
+    emulate_model: str = option(
+        "",
+        "with --pdd-emulate-chip: a simulator config file whose model: and engine: sections "
+        "describe the emulated model (default: the simulator's, 50 KB of KV per token)",
+        metavar="FILE",
+    )
+    emulate_chips: int = option(
+        8, "with --pdd-emulate-chip: chips serving this instance (one model replica)"
+    )
+    token_scale: int = option(
+        1,
+        "with --pdd-emulate-chip: model tokens one token of this server stands for, in compute "
+        "and in KV bytes (run long contexts on a small CPU model)",
+    )
+    time_dilation: float = option(
+        1.0,
+        "with --pdd-emulate-chip: multiply every emulated duration (forwards, the emulated "
+        "links' serialization and delay) by this; a testbed reports times divided by it",
+    )
+
     @property
     def wan(self) -> WanLinkConfig | None:
         """The emulated WAN link for KV sent to ``wan_hosts`` (None: a real WAN, no emulation)."""
         if self.wan_bandwidth_mbps is None:
             return None
+        d = self.time_dilation if self.emulate_chip else 1.0
         return WanLinkConfig(
-            bandwidth_mbps=self.wan_bandwidth_mbps,
-            one_way_delay_ms=self.wan_delay_ms,
-            jitter_ms=self.wan_jitter_ms,
+            bandwidth_mbps=self.wan_bandwidth_mbps / d,
+            one_way_delay_ms=self.wan_delay_ms * d,
+            jitter_ms=self.wan_jitter_ms * d,
+        )
+
+    @cached_property
+    def emulation(self):
+        """The emulated accelerator (an ``EmulationConfig``), or None without one."""
+        if not self.emulate_chip:
+            return None
+        from sglang_pdd.emulation.config import EmulationConfig, resolve_chip, resolve_model
+
+        model, engine = resolve_model(self.emulate_model)
+        return EmulationConfig(
+            chip=resolve_chip(self.emulate_chip),
+            model=model,
+            engine=engine,
+            chips=self.emulate_chips,
+            token_scale=self.token_scale,
+            time_dilation=self.time_dilation,
         )
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"--pdd-role={self.role!r}: accepted values are {', '.join(ROLES)}")
         self._check_wan()
+        self._check_emulation()
         self._check_control()
         self._check_ledger()
 
@@ -213,6 +263,16 @@ class PddServerConfig:
                 "--pdd-wan-fault-file is only accepted with --pdd-role prefill and "
                 "--pdd-wan-bandwidth-mbps (the emulated link it cuts)"
             )
+
+    def _check_emulation(self) -> None:
+        """The emulated chip's flags: together, and valid (``EmulationConfig`` names them)."""
+        if not self.emulate_chip:
+            for name in ("emulate_model", "emulate_chips", "token_scale", "time_dilation"):
+                if getattr(self, name) != _default(name):
+                    flag = FLAG_PREFIX + name.replace("_", "-")
+                    raise ValueError(f"{flag} needs --pdd-emulate-chip (the emulated accelerator)")
+            return
+        _ = self.emulation  # refuses unknown chips, unreadable files and bad scales
 
     def _check_ledger(self) -> None:
         """The transfer ledger's flags: only on Prefill."""

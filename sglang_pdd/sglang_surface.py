@@ -155,6 +155,24 @@ SURFACE: tuple[Use, ...] = (
     _use(METHOD, _SCHED, "Scheduler._poll_timeout_aborts", "patches/main_control_ingest.py"),
     _pos(METHOD, _SCHED, "Scheduler.abort_request", f"patches/main_abort.py, {_STATE}", "recv_req"),
     _use(METHOD, _SCHED, "Scheduler.is_fully_idle", "patches/main_idle.py"),
+    _pos(METHOD, _SCHED, "Scheduler.run_batch", "patches/emulated_forward.py", "batch"),
+    *_attrs(
+        _BATCH,
+        "ScheduleBatch",
+        "emulation/forward.py",
+        *("forward_mode", "extend_lens", "prefix_lens"),
+    ),
+    _use(CLASS_ATTR, _BATCH, "Req.seqlen", "emulation/forward.py"),
+    *_methods(
+        "sglang.srt.model_executor.forward_batch_info",
+        "ForwardMode",
+        "emulation/forward.py",
+        "is_decode",
+        "is_extend",
+    ),
+    *_attrs(
+        "sglang.srt.server_args", "ServerArgs", "patches/scheduler_init.py", "enable_metrics"
+    ),
     _use(
         METHOD,
         f"{_PENALTY}.orchestrator",

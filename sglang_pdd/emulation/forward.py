@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from sglang_pdd.emulation.config import EmulationConfig
 
@@ -44,7 +44,9 @@ def shape_of(batch) -> ForwardShape:
         )
     if mode.is_extend() and batch.extend_lens is not None:
         return ForwardShape(
-            extends=tuple(zip(map(int, batch.extend_lens), map(int, batch.prefix_lens)))
+            extends=tuple(
+                zip(map(int, batch.extend_lens), map(int, batch.prefix_lens), strict=True)
+            )
         )
     return ForwardShape()  # idle, prebuilt (PD's placeholder): nothing runs on the chip
 

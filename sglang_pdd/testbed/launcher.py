@@ -457,6 +457,18 @@ class ServerGroup:
         self.stop()
 
 
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM (a CI timeout, ``kill``) into ``SystemExit``, as Ctrl-C raises
+    ``KeyboardInterrupt``: a ``with ServerGroup(...)`` block then stops every process it
+    started instead of leaving them running."""
+    import signal
+
+    def _exit(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit)
+
+
 def post_json(url: str, body: dict, timeout: float = 300.0) -> tuple[int, dict]:
     """POST ``body`` as JSON; return (status, parsed JSON body), also for 4xx/5xx answers."""
     request = urllib.request.Request(

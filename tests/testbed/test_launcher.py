@@ -9,6 +9,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from sglang_pdd.testbed.launcher import ServerSpec, build_command, server_env
 from sglang_pdd.testbed.ports import free_port
 
@@ -190,3 +192,39 @@ def test_set_nice_reaches_every_thread_of_the_server_and_its_children(tmp_path):
     finally:
         proc.kill()  # its child reads the pipe the parent held: it ends at EOF
         proc.wait()
+
+
+def test_sigterm_stops_every_process_a_server_group_started(tmp_path):
+    """A testbed script killed with SIGTERM leaves nothing running (exit_on_sigterm)."""
+    script = tmp_path / "script.py"
+    pid_file = tmp_path / "child.pid"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import sys, time
+            from pathlib import Path
+            from sglang_pdd.testbed.launcher import ServerGroup, exit_on_sigterm
+
+            exit_on_sigterm()
+            with ServerGroup(log_dir=Path({str(tmp_path)!r})) as group:
+                child = group.launch_command("sleeper", [sys.executable, "-c",
+                    "import time; time.sleep(600)"], 0)
+                Path({str(pid_file)!r}).write_text(str(child.proc.pid))
+                time.sleep(600)
+            """
+        )
+    )
+    proc = subprocess.Popen([sys.executable, str(script)])
+    deadline = time.monotonic() + 120
+    while not pid_file.exists():
+        assert proc.poll() is None, "the script ended before starting its child"
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 128 + signal.SIGTERM
+    with pytest.raises(ProcessLookupError):
+        while True:  # reaped by the group's stop: gone, not a zombie of ours
+            os.kill(child, 0)
+            assert time.monotonic() < deadline, "the child outlived its group"
+            time.sleep(0.05)

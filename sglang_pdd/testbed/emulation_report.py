@@ -1,0 +1,88 @@
+"""What the emulated chips report in the servers' logs, and time dilation undone for reports.
+
+Each emulated server logs ``sglang-pdd: emulation forwards=N overruns=M ...`` at most once a
+second while it runs forwards (``sglang_pdd/emulation/runtime.py``); the testbed reads the last
+line of each server before and after a contender's run. A run whose overruns exceed
+``MAX_OVERRUN_FRACTION`` of its forwards measured the host, not the chips, and is not reported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglang_pdd.emulation.runtime import LOG_PREFIX
+
+MAX_OVERRUN_FRACTION = 0.01
+_LINE = re.compile(re.escape(LOG_PREFIX) + r" forwards=(\d+) overruns=(\d+) ")
+
+
+@dataclass(frozen=True)
+class Overruns:
+    """Forwards and overruns summed over servers (or a difference of two such sums)."""
+
+    forwards: int = 0
+    overruns: int = 0
+
+    def __add__(self, other: Overruns) -> Overruns:
+        return Overruns(self.forwards + other.forwards, self.overruns + other.overruns)
+
+    def __sub__(self, other: Overruns) -> Overruns:
+        return Overruns(self.forwards - other.forwards, self.overruns - other.overruns)
+
+    @property
+    def fraction(self) -> float:
+        return self.overruns / self.forwards if self.forwards else 0.0
+
+    @property
+    def acceptable(self) -> bool:
+        return self.fraction <= MAX_OVERRUN_FRACTION
+
+    def describe(self) -> str:
+        verdict = "ok" if self.acceptable else f"OVER the {100 * MAX_OVERRUN_FRACTION:g}% bound"
+        return (
+            f"overruns {self.overruns}/{self.forwards} forwards ({100 * self.fraction:.2f}%, "
+            f"{verdict})"
+        )
+
+
+def last_counters(text: str) -> Overruns:
+    """The last counters line of one server's log (zeros before its first)."""
+    found = _LINE.findall(text)
+    return Overruns(*map(int, found[-1])) if found else Overruns()
+
+
+def counters(log_paths: list[Path]) -> Overruns:
+    """The counters summed over the servers whose logs are ``log_paths``."""
+    total = Overruns()
+    for path in log_paths:
+        total += last_counters(Path(path).read_text(errors="replace"))
+    return total
+
+
+def dilate_sessions(sessions, factor: float):
+    """Every arrival time multiplied by ``factor`` (the emulation's time dilation)."""
+    if factor == 1:
+        return sessions
+    return tuple(
+        dataclasses.replace(
+            s, turns=tuple(dataclasses.replace(t, at_s=t.at_s * factor) for t in s.turns)
+        )
+        for s in sessions
+    )
+
+
+def undilate_result(result, factor: float):
+    """A ``RequestResult`` with its times divided by ``factor``: the emulated chips' time."""
+    if factor == 1:
+        return result
+    return dataclasses.replace(
+        result,
+        at_s=result.at_s / factor,
+        late_s=result.late_s / factor,
+        ttft_s=None if result.ttft_s is None else result.ttft_s / factor,
+        e2e_s=result.e2e_s / factor,
+        gaps_s=[g / factor for g in result.gaps_s],
+    )
