@@ -38,7 +38,7 @@ from sglang_pdd.router.streaming import (
 async def serve_openai(request: web.Request, state: RouterState, kind: str):
     """Answer one OpenAI request of ``kind`` (``completion`` or ``chat``)."""
     body = await json_body(request)
-    validate_openai(body, state.limits)
+    validate_openai(body, state.limits, chat=kind == "chat")
     if kind == "chat":
         return await _serve_chat(request, state, body)
     if unsupported := unsupported_fields(body, OPENAI_FIELDS):

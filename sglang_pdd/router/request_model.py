@@ -216,8 +216,9 @@ def _check_ids(ids: list, where: str) -> None:
             raise bad_request(f"{where}[{i}]: expected a token id (an int >= 0), got {t!r}")
 
 
-def validate_openai(body: dict, limits: RequestLimits) -> None:
-    """Check an OpenAI completions or chat body's fields; a 400 naming the first bad one."""
+def validate_openai(body: dict, limits: RequestLimits, chat: bool = False) -> None:
+    """Check an OpenAI completions or chat body's fields; a 400 naming the first bad one.
+    ``chat``: SGLang's own serving-chat code checks the response format (its messages)."""
     try:
         req = msgspec.convert(body, OpenAIRequest)
     except msgspec.ValidationError as exc:
@@ -227,7 +228,7 @@ def validate_openai(body: dict, limits: RequestLimits) -> None:
     if req.n is not None and req.n > limits.max_n:
         raise bad_request(f"n: at most {limits.max_n} (--max-n), got {req.n}")
     fmt = req.response_format
-    if fmt is not None and fmt.type == "json_schema":
+    if fmt is not None and fmt.type == "json_schema" and not chat:
         # SGLang reads response_format.schema only when json_schema is absent
         given = fmt.schema if fmt.json_schema is None else fmt.json_schema.schema
         if given is None:
