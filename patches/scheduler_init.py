@@ -22,8 +22,8 @@ RECORD = PatchRecord(
         "here; config.check_main_decode_modes), give a Main-Decode "
         "scheduler its MainDecodeState (the control socket on the rank that receives "
         "requests) and register ControlMessages on its _request_dispatcher, start a Prefill's "
-        "transfer ledger (--pdd-ledger-port) on the rank that receives requests, and log "
-        "with --pdd-emulate-chip, start the emulated chip's forward pacer and KV scale; log "
+        "transfer ledger (--pdd-ledger-port) on the rank that receives requests, with "
+        "--pdd-emulate-chip start the emulated chip's forward pacer and KV scale, and log "
         "one line naming the pid, the role, whether the overlap scheduler runs, the hooks "
         "applied in this process, and whether the sgl_kernel stand-in is active."
     ),

@@ -33,6 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "print the router's Grafana dashboard (JSON)",
     ),
     "hooks": ("sglang_pdd.patches:print_record", "print every hook sglang-pdd puts into SGLang"),
+    "flags": ("sglang_pdd.flags_doc:main", "print the flag reference (docs/flags.md)"),
     "sim": ("sglang_pdd.sim.cli:sim_main", "simulate one cluster configuration on a trace"),
     "plan": ("sglang_pdd.sim.cli:plan_main", "search chip counts and link capacity for BCR"),
 }

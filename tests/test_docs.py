@@ -35,3 +35,10 @@ def test_every_launch_server_pdd_flag_is_in_the_readme():
 @pytest.mark.parametrize("flag", ["--handoff-switch", "--admin-api-key", "--pdd-role"])
 def test_the_check_sees_real_flags(flag):
     assert flag in DOCUMENTED
+
+
+def test_the_flag_reference_is_current():
+    from sglang_pdd.flags_doc import render
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "flags.md").read_text()
+    assert doc == render(), "docs/flags.md is stale: run sglang-pdd flags --out docs/flags.md"
