@@ -11,7 +11,7 @@ lines with transfers in flight and over those without, per server (e.g. PDD's Ma
 ``--step-times`` prints instead, per server and per stretch of decoding (a contender's run: lines
 with no gap over ``--gap-s`` between them), the median time of one decode step at each batch
 size (``#running-req`` over ``gen throughput``): the same server's speed over a run, and two
-servers' at equal batch sizes (docs/testbed.md, stop 37).
+servers' at equal batch sizes (docs/testbed.md).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ reads a ``benchmark/testbed.py`` JSON (with the ``pdd`` and ``cross-dc`` contend
 per load point and PDD pipeline, how many PDD answers finished before their cross-DC twin and
 why: for handoffs, MD's later start, RLD's head start and MD's slower pace
 (``sglang_pdd/testbed/e2e_diff.py`` defines the split); and which of PDD's requests came later
-than issue 16's TTFT goal (P90 <= 0.5x cross-DC's at 8 Mbit/s, 0.7x faster), by pipeline and the
+than the TTFT goal (P90 <= 0.5x cross-DC's at 8 Mbit/s, 0.7x faster), by pipeline and the
 policy's rule; then, for points run more than once (``--repeats``), each goal judged on the
 median of the repeats beside same-DC PD's own median ratio to cross-DC PD (a decode server
 beside P: what datacenter A reaches on the same hardware with no WAN at all).

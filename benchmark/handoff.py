@@ -1,4 +1,4 @@
-"""The handoff's cost, measured: the stall a client sees and the bytes it moves (issue 10).
+"""The handoff's cost, measured: the stall a client sees and the bytes it moves.
 
 On a local P/RLD/MD cluster (CPU, generated model, emulated WAN) each case hands a request to MD
 after exactly ``N`` ids of RLD (a gate holds RLD's stream at ``N``; MD's control link is stalled
@@ -94,7 +94,7 @@ def _mean_ms(values: list) -> float:
 
 
 def verdicts(cases: list[Case]) -> list[str]:
-    """Issue 16's handoff goals against the cases: One-Shot's stall within RTT + extend + one
+    """The handoff goals against the cases: One-Shot's stall within RTT + extend + one
     ITL, and Catch-Up's final stall within the same bound (no larger than One-Shot's)."""
     lines = []
     for mode in ("one-shot", "catch-up"):

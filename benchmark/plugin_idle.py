@@ -1,4 +1,4 @@
-"""What sglang-pdd costs a server that does not use it (issue 10, item 3).
+"""What sglang-pdd costs a server that does not use it.
 
 Two co-located SGLang servers on the same model, up side by side: one with the plugin (its
 hooks installed in every process, role ``none``: none of them acts) and one without it

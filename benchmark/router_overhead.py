@@ -1,4 +1,4 @@
-"""What the router adds to every streamed token (issue 10, item 2).
+"""What the router adds to every streamed token.
 
 The same kind of streams, on a local P + MD pair with no emulated WAN delay, two ways, in
 alternating rounds: straight from the instances (P's /generate and MD's /generate with a

@@ -1,4 +1,4 @@
-"""Faults at random under steady load: no token lost or duplicated (issue 8).
+"""Faults at random under steady load: no token lost or duplicated.
 
 A local cluster on the CPU: P, two Relay-Decodes and two Main-Decodes (each MD behind WAN links
 of its own), a router over all of them, and a co-located server for reference. Greedy requests

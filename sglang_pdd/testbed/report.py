@@ -250,7 +250,7 @@ def ttft_cdf_plot(runs: dict[str, list[RequestResult]], path: str, title: str) -
     plt.close(fig)
 
 
-# Issue 16's goals for PDD's ratio to cross-DC PD, by metric, then by the fastest link (Mbit/s)
+# The goals for PDD's ratio to cross-DC PD, by metric, then by the fastest link (Mbit/s)
 # a goal applies to (None: any link): E2E <= 0.9x; P90 TTFT <= 0.5x up to 8 Mbit/s, else 0.7x.
 SWEEP_GOALS = {"e2e_p50": {None: 0.9}, "e2e_p90": {None: 0.9}, "ttft_p90": {8.0: 0.5, 32.0: 0.7}}
 
@@ -321,7 +321,7 @@ def repeats_summary(
     points: list[dict], name: str = "pdd", baseline: str = "cross-dc", reference: str = "same-dc"
 ) -> list:
     """One line per goal metric of ``name`` over ``baseline`` at each load and link run more
-    than once: every repeat's ratio and their median, marked against the goal (issue 16's
+    than once: every repeat's ratio and their median, marked against the goal (its
     figures judged on the median, since one run's ratio moves with the host: docs/testbed.md),
     and, where the run has it, the median ratio of ``reference`` over ``baseline``: same-DC PD,
     a decode server beside P with no WAN at all, is what a first token or an answer from

@@ -1,5 +1,5 @@
 """Batched /generate and n > 1 through PDD: several independent PDD requests merged back in
-SGLang's order and shape, equal to the co-located server (issue 9)."""
+SGLang's order and shape, equal to the co-located server."""
 
 from __future__ import annotations
 

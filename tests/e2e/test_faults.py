@@ -1,4 +1,4 @@
-"""An instance killed (``kill -9``) in the middle of a request loses nothing (issue 8).
+"""An instance killed (``kill -9``) in the middle of a request loses nothing.
 
 Requests whose instance is killed or drained mid-stream ask for enough tokens that the instance
 is still generating when the test acts, however fast the machine: 600 where Relay-Decode is the

@@ -1,4 +1,4 @@
-"""Hostile input against a live router (issue 17): generated bodies get an answer (200, or a
+"""Hostile input against a live router: generated bodies get an answer (200, or a
 4xx naming what is wrong), never a 5xx or a hang; a flood of refused requests leaves the
 router's memory bounded; afterwards it serves an ordinary request identically."""
 

@@ -1,4 +1,4 @@
-"""The WAN links to Main-Decode failing on command (issue 8): nothing lost, output unchanged.
+"""The WAN links to Main-Decode failing on command: nothing lost, output unchanged.
 
 The router's control connection to MD is reset while the request is parked and again in the
 middle of Catch-Up: whatever was on the link is lost (the router's watch, MD's ``ready``, a

@@ -1,5 +1,5 @@
 """Logprobs through PDD: each token's from the instance that produced it, equal to the
-co-located server's within float32 rounding (issue 9)."""
+co-located server's within float32 rounding."""
 
 from __future__ import annotations
 

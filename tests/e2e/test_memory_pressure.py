@@ -1,6 +1,6 @@
 """A Main-Decode with a small KV pool under more relayed requests and handoffs than it holds:
 no scheduler dies, every request completes equal to the co-located server, KV returns to idle;
-a final handoff with no room is deferred while Relay-Decode serves on (issue 9).
+a final handoff with no room is deferred while Relay-Decode serves on.
 
 The small MD estimates each request's future growth as 64 tokens
 (``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION``), so SGLang admits more transfers than the pool holds

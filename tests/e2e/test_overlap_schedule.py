@@ -1,7 +1,7 @@
 """A Main-Decode running SGLang's overlap scheduler (its default on GPUs): the handoff extend is
 a batch the overlap loop runs and whose result it processes one iteration late, like any
 prefill. Greedy output through PDD equals the co-located server's in One-Shot and Catch-Up,
-with sampling options, grammar and under concurrent load (issue 9, item 3)."""
+with sampling options, grammar and under concurrent load."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SGLang's own PD disaggregation, on the CPU, with KV over Mooncake TCP (issue 2)."""
+"""SGLang's own PD disaggregation, on the CPU, with KV over Mooncake TCP."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""PDD end to end on real CPU servers: P -> RLD -> MD with token-ID handoff (issue 3)."""
+"""PDD end to end on real CPU servers: P -> RLD -> MD with token-ID handoff."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Sampling state carried across the handoff: penalties, min_new_tokens, logit_bias, stop
 strings that start before it. Greedy output through PDD equals the co-located server's, with the
-handoff placed at chosen points (issue 9)."""
+handoff placed at chosen points."""
 
 from __future__ import annotations
 

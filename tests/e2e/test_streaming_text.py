@@ -1,7 +1,7 @@
 """Streamed text through the router equals its non-streamed text and the co-located server's,
 on both OpenAI endpoints, with the generated model's byte-level BPE tokenizer: the answers are
-long enough to hold multi-byte characters split across tokens and bytes no character completes
-(issue 10). The /generate stream is checked in test_concurrency.py."""
+long enough to hold multi-byte characters split across tokens and bytes no character completes.
+The /generate stream is checked in test_concurrency.py."""
 
 from __future__ import annotations
 

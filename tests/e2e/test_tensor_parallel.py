@@ -2,7 +2,7 @@
 server: the plugin runs on both ranks, one control socket opens (on the rank that receives
 requests), control messages read there are answered while the server keeps serving, and
 handoffs (One-Shot and Catch-Up) reach both ranks through SGLang's request broadcast, each rank
-holding its half of the KV heads (issue 9). The rank broadcast itself is unit-tested in
+holding its half of the KV heads. The rank broadcast itself is unit-tested in
 tests/main_decode/test_control_ownership.py."""
 
 from __future__ import annotations

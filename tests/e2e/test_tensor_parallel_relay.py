@@ -1,7 +1,7 @@
 """A tensor-parallel Relay-Decode (``--tp-size 2`` on the CPU engine): SGLang's own PD decode at
 TP 2, fed by the TP-1 prefill server with head-sliced KV. Through it, a request that stays on
 RLD and requests handed off to the cluster's (TP-1) Main-Decode in One-Shot and Catch-Up give
-the co-located server's output (issue 9, item 3). Its own module, so that its two ranks never
+the co-located server's output. Its own module, so that its two ranks never
 run beside the TP-2 Main-Decode of test_tensor_parallel.py (CI's memory)."""
 
 from __future__ import annotations
