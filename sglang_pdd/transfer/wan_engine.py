@@ -326,3 +326,25 @@ def read_engine_bytes(prefill_url: str, timeout: float = 10.0) -> dict[str, dict
     before its first write."""
     with urllib.request.urlopen(f"{prefill_url.rstrip('/')}/metrics", timeout=timeout) as r:
         return parse_engine_bytes(r.read().decode())
+
+
+@dataclass(frozen=True)
+class EngineSplit:
+    """Where a Prefill's KV bytes went, by engine: what a run's report shows."""
+
+    wan_engine_bytes: int  # through the WAN engine (to WAN hosts, if routed right)
+    local_engine_bytes: int  # through the local engine (to hosts in P's datacenter)
+    misrouted_bytes: int  # WAN hosts' bytes on the local engine, or others' on the WAN one
+
+
+def engine_split(
+    per_engine: dict[str, dict[str, int]], wan_hosts: tuple[str, ...] | list[str]
+) -> EngineSplit:
+    """Summarize ``read_engine_bytes``'s answer for a Prefill whose ``--pdd-wan-hosts`` are
+    ``wan_hosts``. With one engine (``--pdd-wan-transport shared``) the WAN hosts' bytes are on
+    the local engine by design and count as misrouted: read it with the flag in mind."""
+    hosts = set(wan_hosts)
+    wan, local = per_engine.get(WAN, {}), per_engine.get(LOCAL, {})
+    misrouted = sum(b for h, b in wan.items() if h not in hosts)
+    misrouted += sum(b for h, b in local.items() if h in hosts)
+    return EngineSplit(sum(wan.values()), sum(local.values()), misrouted)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_pdd.testbed.client import generate, wait_router_settled
-from sglang_pdd.transfer.wan_engine import read_engine_bytes
+from sglang_pdd.transfer.wan_engine import engine_split, read_engine_bytes
 from tests.e2e.prompts import varied_prompts
 
 pytestmark = pytest.mark.servers
@@ -88,5 +88,6 @@ def test_every_md_byte_leaves_through_the_wan_engine_and_every_rld_byte_through_
     assert set(per_engine) == {"local", "wan"}, per_engine
     assert set(per_engine["wan"]) == {WAN_HOST} and per_engine["wan"][WAN_HOST] > 0
     assert set(per_engine["local"]) == {LOCAL_HOST} and per_engine["local"][LOCAL_HOST] > 0
+    assert engine_split(per_engine, [WAN_HOST]).misrouted_bytes == 0
     # The prompt went to both in full: MD's copy is no smaller than RLD's.
     assert per_engine["wan"][WAN_HOST] >= per_engine["local"][LOCAL_HOST]

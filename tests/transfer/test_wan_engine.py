@@ -201,6 +201,14 @@ def test_engine_bytes_are_read_back_from_prometheus_text():
     }
 
 
+def test_the_engine_split_names_misrouted_bytes():
+    split = wan_engine.engine_split({"wan": {MD: 900}, "local": {RLD: 300}}, [MD])
+    assert split == wan_engine.EngineSplit(900, 300, 0)
+    split = wan_engine.engine_split({"wan": {RLD: 5}, "local": {MD: 7, RLD: 1}}, [MD])
+    assert split == wan_engine.EngineSplit(5, 8, 12)
+    assert wan_engine.engine_split({}, [MD]) == wan_engine.EngineSplit(0, 0, 0)
+
+
 def test_sglang_calls_only_routed_methods_on_its_engine():
     """Every ``self.engine.X`` in SGLang's MooncakeTransferEngine after init is a method the
     router has: a new call would otherwise fail at run time, or (were it delegated blindly)
