@@ -48,6 +48,7 @@ from sglang_pdd.testbed.emulation_report import (
     Overruns,
     counters,
     dilate_sessions,
+    sla_goodput,
     undilate_result,
 )
 from sglang_pdd.testbed.gateway import start_smg
@@ -498,9 +499,32 @@ def headline(point: dict, rtt_s: float) -> list[str]:
                 sane,
             )
         )
+    if same is not None and point.get("chip_costs"):
+        lines.append(_bcr_line(point))
     total = sum(point.get("overruns", {}).values(), Overruns())
     lines.append(goal(f"instrument: {total.describe()}", total.acceptable))
     return lines
+
+
+def _bcr_line(point: dict) -> str:
+    """SLA goodput per hardware cost (the simulator's SLA and chip costs) of PDD over same-DC
+    PD, at this run's offered load: each contender's instances are the testbed's (same-DC: P
+    and a decoder on chip A; PDD: P and RLD on A, MD on B)."""
+    from sglang_pdd.sim.defaults import DEFAULT_SLA
+
+    a, b = point["chip_costs"]
+    cost = {"same-dc": 2 * a, "pdd": 2 * a + b}
+    bcr = {
+        name: sla_goodput(point["runs"][name], DEFAULT_SLA.ttft_s, DEFAULT_SLA.itl_s) / cost[name]
+        for name in cost
+    }
+    gain = bcr["pdd"] / bcr["same-dc"] - 1 if bcr["same-dc"] else float("nan")
+    return (
+        f"[{'met' if gain >= 0.375 else 'MISSED'}] BCR (SLA goodput per hardware cost, SLA "
+        f"TTFT <= {DEFAULT_SLA.ttft_s:g}s and mean ITL <= {1000 * DEFAULT_SLA.itl_s:g} ms) of "
+        f"PDD over same-DC PD at this load: {100 * gain:+.1f}% (goal >= +37.5%); the brief: "
+        "up to +37.5%"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -510,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-path", default=None, help="default: a generated 2-layer model")
     ap.add_argument("--workload", choices=("agentic", "trace"), default="agentic")
     ap.add_argument("--sessions", type=int, default=4)
-    ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--turns", type=int, default=3)
     ap.add_argument(
         "--context-tokens",
         type=int,
@@ -674,6 +698,14 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as exc:
         ap.error(str(exc))
+    args.chip_costs = None
+    if args.emulation:  # cost of one instance (its chips) in datacenter A and in B
+        from sglang_pdd.emulation.config import resolve_chip
+
+        args.chip_costs = tuple(
+            args.chips_per_instance * resolve_chip(c).cost_per_hour
+            for c in (args.chip_a, args.chip_b)
+        )
     if args.emulation and args.ttft_slo_s is not None:
         args.ttft_slo_s *= args.time_dilation  # the router's clock runs dilated
     args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
@@ -723,7 +755,12 @@ def main(argv: list[str] | None = None) -> int:
                         log=lambda m: print(m, flush=True),
                         warmup_requests=args.warmup_requests,
                     )
-                    point.update(wan_mbps=mbps, sessions=len(sessions), repeat=repeat)
+                    point.update(
+                        wan_mbps=mbps,
+                        sessions=len(sessions),
+                        repeat=repeat,
+                        chip_costs=args.chip_costs,
+                    )
                     print(f"\n== {tag}")
                     print_point(point)
                     for line in headline(point, 2 * args.wan_delay_ms / 1000):

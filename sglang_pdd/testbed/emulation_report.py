@@ -86,3 +86,17 @@ def undilate_result(result, factor: float):
         e2e_s=result.e2e_s / factor,
         gaps_s=[g / factor for g in result.gaps_s],
     )
+
+
+def sla_goodput(results, ttft_s: float, itl_s: float) -> float:
+    """Requests per second that met the SLA (TTFT and mean inter-token gap within bounds, as
+    the simulator counts them: ``sim/metrics.py``) over the run's span, arrival to last end."""
+    done = [r for r in results if r.status == 200 and r.ttft_s is not None]
+    if not done:
+        return 0.0
+    good = sum(
+        r.ttft_s <= ttft_s and (sum(r.gaps_s) / len(r.gaps_s) if r.gaps_s else 0.0) <= itl_s
+        for r in done
+    )
+    span = max(r.at_s + r.late_s + r.e2e_s for r in done) - min(r.at_s for r in done)
+    return good / span if span > 0 else 0.0

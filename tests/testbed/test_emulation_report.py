@@ -41,3 +41,14 @@ def test_dilation_stretches_arrivals_and_results_come_back_in_chip_time():
     u = undilate_result(r, 2.0)
     assert (u.at_s, u.late_s, u.ttft_s, u.e2e_s, u.gaps_s) == (1.5, 0.1, 0.5, 2.0, [0.05, 0.15])
     assert undilate_result(r, 1) is r
+
+
+def test_sla_goodput_counts_requests_within_both_bounds_over_the_span():
+    from sglang_pdd.testbed.emulation_report import sla_goodput
+
+    ok = RequestResult(0, 0, "user", 2, 0.0, 0.0, 200, 1.0, 3.0, gaps_s=[0.05, 0.05])
+    slow_start = RequestResult(1, 0, "user", 2, 1.0, 0.0, 200, 11.0, 4.0, gaps_s=[0.05])
+    slow_tokens = RequestResult(2, 0, "user", 2, 2.0, 0.0, 200, 1.0, 8.0, gaps_s=[0.2, 0.2])
+    failed = RequestResult(3, 0, "user", 2, 3.0, 0.0, 502, None, 1.0)
+    # one of three good answers, over 0 s (first arrival) to 10 s (last end)
+    assert sla_goodput([ok, slow_start, slow_tokens, failed], 10.0, 0.1) == 0.1
