@@ -467,8 +467,8 @@ def headline(point: dict, rtt_s: float) -> list[str]:
             pdd.itl_p99 <= itl_bound,
         )
     )
-    if pdd.handoff_gap_p99 is not None:
-        lines.append(f"[info] PDD's client gap at final handoffs, P99: {pdd.handoff_gap_p99:.3f}s")
+    if pdd.handoff_gap_p99 is not None and point.get("emulation") is not None:
+        lines.append(_handoff_line(point, pdd, rtt_s))
     share = pdd.relay_share or 0.0
     lines.append(
         goal(
@@ -504,6 +504,31 @@ def headline(point: dict, rtt_s: float) -> list[str]:
     total = sum(point.get("overruns", {}).values(), Overruns())
     lines.append(goal(f"instrument: {total.describe()}", total.acceptable))
     return lines
+
+
+def _handoff_line(point: dict, pdd, rtt_s: float) -> str:
+    """One-Shot's client gap at final handoffs against one RTT, MD's extend of the largest
+    handoff (on MD's emulated chip, over its prompt) and one of PDD's inter-token gaps."""
+    from sglang_pdd.emulation.forward import ForwardPacer, ForwardShape
+
+    emu = point["emulation"]
+    md = ForwardPacer(emu.config("B"), on_decode_server=True)
+    handed = [
+        (r.record["handoff_tokens"], r.prompt_tokens)
+        for r in point["runs"]["pdd"]
+        if r.record and r.record.get("handoff_tokens")
+    ]
+    if not handed:
+        return "[not checked] One-Shot handoff gap: no request was handed off"
+    tokens, prompt = max(handed)
+    extend = md.duration(ForwardShape(extends=((tokens, prompt),))) / emu.time_dilation
+    bound = rtt_s + extend + pdd.itl_p50
+    met = pdd.handoff_gap_p99 <= bound
+    return (
+        f"[{'met' if met else 'MISSED'}] PDD's client gap at final handoffs P99 "
+        f"{1000 * pdd.handoff_gap_p99:.0f} ms vs RTT + MD's extend of {tokens} ids + 1 ITL = "
+        f"{1000 * bound:.0f} ms"
+    )
 
 
 def _bcr_line(point: dict) -> str:
@@ -760,6 +785,7 @@ def main(argv: list[str] | None = None) -> int:
                         sessions=len(sessions),
                         repeat=repeat,
                         chip_costs=args.chip_costs,
+                        emulation=args.emulation,
                     )
                     print(f"\n== {tag}")
                     print_point(point)

@@ -20,22 +20,29 @@ class ChipEmulation:
     model_file: str = ""
 
     def __post_init__(self) -> None:
+        for datacenter in ("A", "B"):  # refuses bad values, naming the flag
+            self.config(datacenter)
+
+    def config(self, datacenter: str):
+        """The ``EmulationConfig`` a server in ``datacenter`` ("A" or "B") runs with."""
         from sglang_pdd.config import PddServerConfig
 
-        for chip in (self.chip_a, self.chip_b):  # refuses bad values, naming the flag
-            PddServerConfig(
-                emulate_chip=chip,
-                emulate_chips=self.chips,
-                token_scale=self.token_scale,
-                time_dilation=self.time_dilation,
-                emulate_model=self.model_file,
-            )
+        return PddServerConfig(
+            emulate_chip=self._chip(datacenter),
+            emulate_chips=self.chips,
+            token_scale=self.token_scale,
+            time_dilation=self.time_dilation,
+            emulate_model=self.model_file,
+        ).emulation
+
+    def _chip(self, datacenter: str) -> str:
+        if datacenter not in ("A", "B"):
+            raise ValueError(f"datacenter must be A or B, got {datacenter!r}")
+        return self.chip_a if datacenter == "A" else self.chip_b
 
     def server_args(self, datacenter: str) -> tuple[str, ...]:
         """The ``launch_server`` flags of a server in ``datacenter`` ("A" or "B")."""
-        if datacenter not in ("A", "B"):
-            raise ValueError(f"datacenter must be A or B, got {datacenter!r}")
-        chip = self.chip_a if datacenter == "A" else self.chip_b
+        chip = self._chip(datacenter)
         args = (
             "--pdd-emulate-chip",
             chip,

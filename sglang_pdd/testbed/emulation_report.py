@@ -85,7 +85,22 @@ def undilate_result(result, factor: float):
         ttft_s=None if result.ttft_s is None else result.ttft_s / factor,
         e2e_s=result.e2e_s / factor,
         gaps_s=[g / factor for g in result.gaps_s],
+        record=_undilate_record(result.record, factor),
     )
+
+
+def _undilate_record(record: dict | None, factor: float) -> dict | None:
+    """PDD's ``meta_info.pdd`` record with its times (``*_s`` fields, ``phases``) divided."""
+    if record is None:
+        return None
+    out = {}
+    for key, value in record.items():
+        if key.endswith("_s") and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = value / factor
+        elif key == "phases" and isinstance(value, dict):
+            value = {k: v / factor for k, v in value.items()}
+        out[key] = value
+    return out
 
 
 def sla_goodput(results, ttft_s: float, itl_s: float) -> float:
