@@ -85,6 +85,8 @@ _HOOKS = "sglang.srt.plugins.hook_registry"
 _OPENAI = "sglang.srt.entrypoints.openai.utils"
 
 _STATE = "main_decode/state.py"
+_PARKED = "main_decode/parked.py"
+_HANDED = "main_decode/handoff_tokens.py"
 _EXTEND = "main_decode/extend.py"
 _PENALTIES = "main_decode/penalties.py"
 _INIT = "patches/scheduler_init.py"
@@ -97,6 +99,10 @@ _OAI = "sglang.srt.entrypoints.openai.protocol"
 _FCP = "sglang.srt.function_call.function_call_parser"
 _FC_UTILS = "sglang.srt.function_call.utils"
 _TOOLS = "router/tool_calls.py"
+_CHAT = "router/openai_chat.py"
+_SERVING_CHAT = "sglang.srt.entrypoints.openai.serving_chat"
+_TM = "sglang.srt.managers.tokenizer_manager"
+_RUNTIME = "sglang.srt.runtime_context"
 
 SURFACE: tuple[Use, ...] = (
     # -- hook targets (patches/*.py RECORD.target) and the leading arguments the hooks take --
@@ -170,9 +176,7 @@ SURFACE: tuple[Use, ...] = (
         "is_decode",
         "is_extend",
     ),
-    *_attrs(
-        "sglang.srt.server_args", "ServerArgs", "patches/scheduler_init.py", "enable_metrics"
-    ),
+    *_attrs("sglang.srt.server_args", "ServerArgs", "patches/scheduler_init.py", "enable_metrics"),
     _use(
         METHOD,
         f"{_PENALTY}.orchestrator",
@@ -239,15 +243,17 @@ SURFACE: tuple[Use, ...] = (
     ),
     *_attrs(_ARGS, "ServerArgs", "patches/scheduler_init.py", "tp_size"),
     # -- requests ---------------------------------------------------------------------------
-    *_attrs(_BATCH, "Req", f"{_STATE}, {_EXTEND}, {_TWIN}, prefill/__init__.py", "rid"),
+    *_attrs(_BATCH, "Req", f"{_STATE}, {_PARKED}, {_EXTEND}, {_TWIN}, prefill/__init__.py", "rid"),
+    *_attrs(_BATCH, "Req", f"{_STATE}, {_PARKED}, {_HANDED}", "origin_input_ids"),
+    *_attrs(_BATCH, "Req", f"{_PARKED}, {_HANDED}", "prefix_len"),
+    *_attrs(_BATCH, "Req", _STATE, "skip_radix_cache_insert"),
     *_attrs(
         _BATCH,
         "Req",
-        _STATE,
-        *("origin_input_ids", "prefix_len", "skip_radix_cache_insert", "full_untruncated_fill_ids"),
-        *("extend_end", "return_logprob", "logprob"),
+        _HANDED,
+        *("full_untruncated_fill_ids", "extend_end", "return_logprob", "logprob"),
     ),
-    *_attrs(_BATCH, "Req", f"{_STATE}, {_EXTEND}", "output_ids"),
+    *_attrs(_BATCH, "Req", f"{_HANDED}, {_EXTEND}", "output_ids"),
     *_attrs(
         _BATCH,
         "Req",
@@ -259,7 +265,7 @@ SURFACE: tuple[Use, ...] = (
     *_attrs(
         _BATCH,
         "ReqLogprob",
-        _STATE,
+        _HANDED,
         *("output_token_logprobs_val", "output_token_logprobs_idx"),
         *("output_top_logprobs_val", "output_top_logprobs_idx"),
         *("output_token_ids_logprobs_val", "output_token_ids_logprobs_idx"),
@@ -400,6 +406,63 @@ SURFACE: tuple[Use, ...] = (
     _use(FUNCTION, _FC_UTILS, "get_json_schema_constraint", _TOOLS, "parallel_tool_calls"),
     _use(FUNCTION, _FC_UTILS, "normalize_json_schema_types", _TOOLS),
     _use(FUNCTION, "sglang.utils", "convert_json_schema_to_str", _TOOLS),
+    # -- OpenAI chat: SGLang's own serving code on a stand-in TokenizerManager --
+    _pos(CLASS, _SERVING_CHAT, "OpenAIServingChat", _CHAT, "tokenizer_manager", "template_manager"),
+    _use(METHOD, _SERVING_CHAT, "OpenAIServingChat._validate_request", _CHAT),
+    _pos(
+        METHOD,
+        _SERVING_CHAT,
+        "OpenAIServingChat._convert_to_internal_request",
+        _CHAT,
+        "request",
+        "raw_request",
+    ),
+    _pos(METHOD, _SERVING_CHAT, "OpenAIServingChat._build_chat_response", _CHAT, "request", "ret"),
+    _pos(
+        METHOD,
+        _SERVING_CHAT,
+        "OpenAIServingChat._generate_chat_stream",
+        _CHAT,
+        "adapted_request",
+        "request",
+        "raw_request",
+    ),
+    _use(METHOD, _SERVING_CHAT, "OpenAIServingChat._tool_call_parsing_active", _CHAT),
+    _use(ATTR, _SERVING_CHAT, "OpenAIServingChat.reasoning_parser", _CHAT),
+    # What the stand-in (openai_chat._Manager) supplies of SGLang's TokenizerManager.
+    *_attrs(
+        _TM,
+        "TokenizerManager",
+        _CHAT,
+        *("tokenizer", "model_config", "server_args", "served_model_name", "model_path"),
+        "processor",
+    ),
+    _pos(METHOD, _TM, "TokenizerManager.config_value", _CHAT, "name"),
+    _pos(METHOD, _TM, "TokenizerManager.generate_request", _CHAT, "obj"),
+    _use(CLASS, "sglang.srt.parser.template_manager", "TemplateManager", _CHAT),
+    _use(
+        METHOD,
+        "sglang.srt.parser.template_manager",
+        "TemplateManager.initialize_templates",
+        _CHAT,
+        *("tokenizer_manager", "model_path", "chat_template"),
+    ),
+    _use(
+        CLASS,
+        _ARGS,
+        "ServerArgs",
+        _CHAT,
+        *("model_path", "device", "tool_call_parser", "reasoning_parser"),
+        "incremental_streaming_output",
+    ),
+    *_attrs(_ARGS, "ServerArgs", _CHAT, "weight_version", "chat_template", "served_model_name"),
+    _use(METHOD, "sglang.srt.configs.model_config", "ModelConfig.from_server_args", _CHAT),
+    _use(FUNCTION, _RUNTIME, "publish", _CHAT, "role"),
+    _use(FUNCTION, _RUNTIME, "get_server_args", _CHAT),
+    _use(FUNCTION, _RUNTIME, "get_context", _CHAT),
+    _pos(METHOD, _RUNTIME, "RuntimeContext.config_leaf", _CHAT, "name"),
+    *_attrs(_IO, "GenerateReqInput", _CHAT, "input_ids", "sampling_params", "require_reasoning"),
+    *_attrs(_OAI, "ChatCompletionRequest", _CHAT, "stream", "separate_reasoning"),
 )
 
 
