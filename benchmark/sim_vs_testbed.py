@@ -32,6 +32,7 @@ import numpy as np
 from sglang_pdd.policy import HandoffPolicyConfig
 from sglang_pdd.sim import calibrate as cal
 from sglang_pdd.sim.runner import run_contender
+from sglang_pdd.testbed import sim_prediction as sp
 from sglang_pdd.testbed.cluster import PddClusterConfig
 from sglang_pdd.testbed.tiny_model import TinyModelConfig
 from sglang_pdd.testbed.workload import AgenticConfig, TraceConfig, agentic_sessions, trace_sessions
@@ -304,32 +305,9 @@ def report(point: dict, calib: cal.Calibration, wan, slo_s: float, measured_link
         )
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("--testbed-json", default="out/testbed.json")
-    ap.add_argument(
-        "--point", type=int, default=0, help="which point of the JSON (a sweep has many)"
-    )
-    ap.add_argument("--json", default=None, help="write the comparison here")
-    ap.add_argument(
-        "--block-tokens",
-        type=int,
-        default=1,
-        help="simulator prefix block (SGLang's CPU radix cache matches per token)",
-    )
-    ap.add_argument(
-        "--intra-gbs",
-        type=float,
-        default=1.0,
-        help="assumed KV rate between servers of one datacenter (loopback), GB/s",
-    )
-    opts = ap.parse_args(argv)
-    if opts.block_tokens < 1:
-        ap.error("--block-tokens must be >= 1")
+def calibrated(opts, args: dict, point: dict) -> int:
+    """The CPU testbed's run (``--no-emulation``): calibrate, replay, compare TTFT."""
     try:
-        args, point = load_point(opts.testbed_json, opts.point)
         if args.get("model_path"):
             raise ValueError(
                 f"--testbed-json was run with --model-path {args['model_path']}; this script "
@@ -379,11 +357,9 @@ def main(argv: list[str] | None = None) -> int:
         print_table(what_if)
         pdd2 = next(r for r in what_if if r["name"] == "pdd")
         print(f"  pdd pipelines then: {pdd2['pipelines_predicted']}")
-    if opts.json:
-        Path(opts.json).parent.mkdir(parents=True, exist_ok=True)
-        out = {
-            "testbed_json": opts.testbed_json,
-            "point": opts.point,
+    _write_json(
+        opts,
+        {
             "label": point["label"],
             "goal_relative_error": GOAL,
             "calibration": asdict(calib),
@@ -391,10 +367,99 @@ def main(argv: list[str] | None = None) -> int:
             "measured_wan": measured_link,
             "contenders": results,
             "what_if_measured_wan_startup": what_if,
-        }
-        Path(opts.json).write_text(json.dumps(out, indent=1))
-        print(f"wrote {opts.json}")
+        },
+    )
     return 0
+
+
+def emulated(opts, args: dict, point: dict) -> int:
+    """A run on emulated chips: the simulator on the same chips, links and requests; every
+    figure of every contender, measured vs simulated, against the 10% fidelity goal."""
+    try:
+        scenario = sp.EmulatedScenario.from_args(args, point.get("wan_mbps"))
+        sessions = testbed_sessions(args, point)
+        runs = {
+            n: sp.replayed_from_rows(rows, sessions)
+            for n, rows in point["requests"].items()
+            if n in sp.SIMULATED
+        }
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    emu = scenario.emulation
+    print(
+        f"testbed: {point['label']}; chips {emu.chip_a} (datacenter A) and {emu.chip_b} (B), "
+        f"{emu.chips} per instance, token scale {emu.token_scale}, time dilation "
+        f"{emu.time_dilation:g} (times below: chip time)"
+    )
+    for name, o in (point.get("overruns") or {}).items():
+        if o.get("forwards"):
+            print(
+                f"  {name}: {o['overruns']}/{o['forwards']} forwards overran the emulated chip "
+                f"({100 * o['overruns'] / o['forwards']:.1f}%: host time, not chip time)"
+            )
+    predicted = sp.predict(scenario, runs)
+    rows = sp.comparison({s["name"]: s for s in point["summaries"]}, predicted)
+    print(sp.format_comparison(rows, predicted))
+    for s in point["summaries"]:
+        if s.get("pipelines"):
+            print(f"{s['name']} measured: pipelines {s['pipelines']}, RLD share {s['relay_share']}")
+    _write_json(
+        opts,
+        {
+            "label": point["label"],
+            "goal_relative_error": sp.FIDELITY_GOAL,
+            "scenario": asdict(scenario),
+            "rows": [dict(zip(ROW_KEYS, r, strict=True)) for r in rows],
+            "predicted": {n: asdict(p) for n, p in predicted.items()},
+        },
+    )
+    return 0
+
+
+ROW_KEYS = ("contender", "figure", "measured_s", "predicted_s", "error", "within_goal")
+
+
+def _write_json(opts, doc: dict) -> None:
+    if opts.json:
+        Path(opts.json).parent.mkdir(parents=True, exist_ok=True)
+        doc = {"testbed_json": opts.testbed_json, "point": opts.point, **doc}
+        Path(opts.json).write_text(json.dumps(doc, indent=1))
+        print(f"wrote {opts.json}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--testbed-json", default="out/testbed.json")
+    ap.add_argument(
+        "--point", type=int, default=0, help="which point of the JSON (a sweep has many)"
+    )
+    ap.add_argument("--json", default=None, help="write the comparison here")
+    ap.add_argument(
+        "--block-tokens",
+        type=int,
+        default=1,
+        help="calibrated mode: simulator prefix block (SGLang's CPU radix cache matches per token)",
+    )
+    ap.add_argument(
+        "--intra-gbs",
+        type=float,
+        default=1.0,
+        help="calibrated mode: assumed KV rate between servers of one datacenter (loopback), GB/s",
+    )
+    opts = ap.parse_args(argv)
+    if opts.block_tokens < 1:
+        ap.error("--block-tokens must be >= 1")
+    try:
+        args, point = load_point(opts.testbed_json, opts.point)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.get("emulation"):
+        return emulated(opts, args, point)
+    return calibrated(opts, args, point)
 
 
 if __name__ == "__main__":

@@ -72,6 +72,9 @@ class EngineProfile:
     chunk_tokens: chunked-prefill budget per forward.
     max_decode_batch: most requests one decode instance batches.
     memory_reserve_fraction: memory kept from the KV pool (activations, fragmentation).
+    kv_per_chunk: the KV leaves Prefill chunk by chunk, as each prefill forward ends (SGLang's
+        PD disaggregation), rather than once the whole prefill is done; a long prompt's
+        transfer then overlaps its own prefill.
     """
 
     mfu: float = 0.5
@@ -81,8 +84,13 @@ class EngineProfile:
     chunk_tokens: int = 8192
     max_decode_batch: int = 256
     memory_reserve_fraction: float = 0.1
+    kv_per_chunk: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.kv_per_chunk, bool):
+            raise ValueError(
+                f"engine.kv_per_chunk must be true or false, got {self.kv_per_chunk!r}"
+            )
         for f in ("mfu", "mbu"):
             v = getattr(self, f)
             if not isinstance(v, (int, float)) or not 0 < v <= 1:

@@ -83,6 +83,48 @@ class RequestRecord:
     main_ready: bool = False
     handoff: RelayedHandoff | None = None
     pins: list = field(default_factory=list)
+    streams: dict = field(default_factory=dict)  # "intra" / "wan" -> _KvStream (kv_per_chunk)
+
+
+class _KvStream:
+    """The KV bound for one destination leaving P chunk by chunk (``EngineProfile.kv_per_chunk``):
+    each prefill forward's KV past ``start_tokens`` (what the destination caches already)
+    crosses ``link`` as the forward ends; ``close`` calls back once the prefill is done and
+    every piece has landed."""
+
+    def __init__(self, link: FairShareLink, kv_bytes_per_token: int, start_tokens: int) -> None:
+        self.link, self.kv = link, kv_bytes_per_token
+        self.start = self.sent = start_tokens
+        self.in_flight = 0
+        self.then = None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes sent so far."""
+        return (self.sent - self.start) * self.kv
+
+    def produced(self, tokens: int) -> None:
+        """P's forward ended with the prompt's first ``tokens`` tokens of KV in place."""
+        if tokens > self.sent:
+            self.in_flight += 1
+            self.link.send((tokens - self.sent) * self.kv, self._landed)
+            self.sent = tokens
+
+    def _landed(self, now: float) -> None:
+        self.in_flight -= 1
+        if self.in_flight == 0 and self.then is not None:
+            then, self.then = self.then, None
+            then(now)
+
+    def close(self, then) -> None:
+        """The prefill is done: ``then(now)`` once its last piece lands (with nothing to send,
+        after the message announcing so crossed)."""
+        if self.sent == self.start:
+            self.link.send(0, then)
+        elif self.in_flight == 0:
+            then(self.link.env.now)
+        else:
+            self.then = then
 
 
 def _pick(pool: list, key) -> int:
@@ -116,6 +158,7 @@ class ClusterSim:
         self.model = config.model
         self.kv = config.model.kv_bytes_per_token
         self.block_tokens = config.block_tokens
+        self.kv_per_chunk = config.engine.kv_per_chunk
 
         def perf(pool):
             return InstancePerf(config.chip(pool.chip), config.model, config.engine, pool.chips)
@@ -191,7 +234,38 @@ class ClusterSim:
             i = self._plan(req, rec)
         else:
             i = _pick(self.prefill, lambda p: p.queued_tokens)
-        self.prefill[i].submit(req.rid, req.input_tokens - hit, hit, self._prefill_done)
+        on_chunk = None
+        if self.kv_per_chunk:
+            rec.streams = self._open_streams(req, rec)
+            on_chunk = self._chunk_done
+        self.prefill[i].submit(req.rid, req.input_tokens - hit, hit, self._prefill_done, on_chunk)
+
+    def _open_streams(self, req: Request, rec: RequestRecord) -> dict:
+        """Where the request's KV goes as P makes it: the whole prompt to a decoder of this
+        datacenter (same-DC PD's, or RLD), what MD's cache lacks across the WAN."""
+        if not self.spec.cross_dc:
+            return {"intra": _KvStream(self.intra, self.kv, 0)}
+        if rec.plan is None:  # cross-DC PD: every request to MD
+            start = self._pin_decode_cache(req, rec)
+            relayed = False
+        else:
+            d = rec.plan.decision
+            relayed = d.pipeline in (PIPELINE_P_RLD, PIPELINE_P_RLD_MD)
+            start = (
+                req.input_tokens - d.wan_bytes // self.kv if d.pipeline != PIPELINE_P_RLD else -1
+            )
+        streams = {"intra": _KvStream(self.intra, self.kv, 0)} if relayed else {}
+        if start >= 0:
+            streams["wan"] = _KvStream(self.wan, self.kv, min(start, req.input_tokens))
+            # The router's clock for the transfer starts at dispatch; its duration then holds
+            # the prefill too, so it teaches the link's fit nothing (``learn=False`` on finish).
+            nbytes = (req.input_tokens - streams["wan"].start) * self.kv
+            self.link_model.start(req.rid, nbytes, self.env.now)
+        return streams
+
+    def _chunk_done(self, rid: int, tokens: int, now: float) -> None:
+        for stream in self.records[rid].streams.values():
+            stream.produced(tokens)
 
     def _plan(self, req: Request, rec: RequestRecord) -> int:
         """The router's planner on this moment's snapshot; returns the chosen P's index."""
@@ -244,7 +318,7 @@ class ClusterSim:
             self.prefill_active[rec.prefill_idx] -= 1
             decision = rec.plan.decision
         else:  # cross-DC PD: every request goes to MD, the missing KV over the WAN
-            cached = self._pin_decode_cache(req, rec)
+            cached = rec.decode_hit_tokens if rec.streams else self._pin_decode_cache(req, rec)
             facts = RequestFacts(req.input_tokens, cached, req.output_tokens, self.kv)
             decision = self.pipeline_policy.decide(
                 facts, self.link_model.estimate(), prefill_s=max(now - req.arrival_s, 0.0)
@@ -253,16 +327,24 @@ class ClusterSim:
         if decision.pipeline == PIPELINE_P_RLD and self.relay:
             self._send_local(req, self._to_relay)
             return
-        rec.wan_bytes = decision.wan_bytes
-        self.link_model.start(req.rid, decision.wan_bytes, now)
-        self.wan.send(decision.wan_bytes, lambda t, r=req: self._main_kv_ready(r))
+        if rec.streams:
+            rec.wan_bytes = rec.streams["wan"].nbytes
+            rec.streams["wan"].close(lambda t, r=req: self._main_kv_ready(r))
+        else:
+            rec.wan_bytes = decision.wan_bytes
+            self.link_model.start(req.rid, decision.wan_bytes, now)
+            self.wan.send(decision.wan_bytes, lambda t, r=req: self._main_kv_ready(r))
         if decision.pipeline == PIPELINE_P_RLD_MD and self.relay:
             self._send_local(req, self._to_relay)
         else:
             rec.pipeline = PIPELINE_P_MD
 
     def _send_local(self, req: Request, then) -> None:
-        self.intra.send(req.input_tokens * self.kv, lambda t, r=req: then(r))
+        stream = self.records[req.rid].streams.get("intra")
+        if stream is not None:
+            stream.close(lambda t, r=req: then(r))
+        else:
+            self.intra.send(req.input_tokens * self.kv, lambda t, r=req: then(r))
 
     # --- decode -------------------------------------------------------------------------
     def _first_token(self, rid: int, when: float) -> None:
@@ -299,7 +381,7 @@ class ClusterSim:
     def _main_kv_ready(self, req: Request) -> None:
         rec = self.records[req.rid]
         rec.main_kv_s = self.env.now
-        self.link_model.finish(req.rid, self.env.now)
+        self.link_model.finish(req.rid, self.env.now, learn=not rec.streams)
         if self.drc is not None:
             self.drc.insert(req.hash_ids)
             if not rec.completions:

@@ -34,6 +34,7 @@ class _PrefillJob:
     remaining: int
     context_done: int
     on_done: Callable[[int, float], None]
+    on_chunk: Callable[[int, int, float], None] | None = None
 
 
 class PrefillInstance:
@@ -48,10 +49,18 @@ class PrefillInstance:
         self.forwards = 0
 
     def submit(
-        self, rid: int, new_tokens: int, cached_tokens: int, on_done: Callable[[int, float], None]
+        self,
+        rid: int,
+        new_tokens: int,
+        cached_tokens: int,
+        on_done: Callable[[int, float], None],
+        on_chunk: Callable[[int, int, float], None] | None = None,
     ) -> None:
-        """Queue a prefill of new_tokens on top of cached_tokens of reused prefix."""
-        self._queue.append(_PrefillJob(rid, new_tokens, cached_tokens, on_done))
+        """Queue a prefill of new_tokens on top of cached_tokens of reused prefix.
+
+        on_chunk(rid, prompt_tokens_done, now) fires as each of its forwards ends (before
+        on_done after the last)."""
+        self._queue.append(_PrefillJob(rid, new_tokens, cached_tokens, on_done, on_chunk))
         self.queued_tokens += new_tokens
         if not self.busy:
             self._run_forward()
@@ -86,6 +95,9 @@ class PrefillInstance:
         while self._queue and self._queue[0].remaining == 0:
             self._queue.popleft()
         self._run_forward()
+        for job, _ in plan:
+            if job.on_chunk is not None:
+                job.on_chunk(job.rid, job.context_done, now)
         for job in finished:
             job.on_done(job.rid, now)
 
