@@ -65,6 +65,7 @@ from sglang_pdd.testbed.report import (
     table,
     ttft_cdf_plot,
 )
+from sglang_pdd.testbed.sim_prediction import print_prediction
 from sglang_pdd.testbed.workload import (
     TOKEN_RANGE,
     AgenticConfig,
@@ -789,6 +790,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     print(f"\n== {tag}")
                     print_point(point)
+                    print_prediction(point, args)  # the simulator on the same requests
                     for line in headline(point, 2 * args.wan_delay_ms / 1000):
                         print(line)
                     print(flush=True)
