@@ -1,4 +1,4 @@
-"""Make each forward last as long as the emulated accelerator would take (``--pdd-emulate-chip``)."""
+"""Make each forward last as long as the emulated accelerator takes (--pdd-emulate-chip)."""
 
 from __future__ import annotations
 
