@@ -110,6 +110,7 @@ def hook_costs_us(calls: int = 20000) -> dict[str, float]:
         prefill_twin_hold,
         seeded_sampling,
     )
+    from sglang_pdd.patches.scheduler_init import SchedulerRecord
 
     def noop(*_args, **_kwargs):
         return []
@@ -118,7 +119,7 @@ def hook_costs_us(calls: int = 20000) -> dict[str, float]:
 
     class B: ...
 
-    scheduler = SimpleNamespace(waiting_queue=[SimpleNamespace(rid="r")], _pdd_main=None)
+    scheduler = SimpleNamespace(waiting_queue=[SimpleNamespace(rid="r")], _pdd=SchedulerRecord())
     orchestrator = SimpleNamespace(penalizers={B: 0, A: 0})
     info = SimpleNamespace(sampling_seed=None)
     batch = SimpleNamespace(reqs=[], device="cpu")

@@ -29,8 +29,9 @@ def applies() -> bool:
 
 def hook(result, server_args, *args, **kwargs):
     """Switch the start method to fork when asked; refuse the flag off the CPU engine."""
-    config = getattr(server_args, "_pdd", None)  # our attribute: absent without our flags
-    if config is None or not config.fork_subprocesses:
+    from sglang_pdd.config import attached_config
+
+    if not attached_config(server_args).fork_subprocesses:
         return result
     import multiprocessing
 

@@ -27,7 +27,7 @@ def applies() -> bool:
 
 def hook(self, recv_req, *args, **kwargs):
     """Unpark what the abort names."""
-    state = getattr(self, "_pdd_main", None)
+    state = self._pdd.main
     if state is not None:
         state.unpark_for_abort(self, recv_req.rid or "", bool(recv_req.abort_all))
     return None

@@ -28,5 +28,5 @@ def applies() -> bool:
 def hook(original, self, *args, **kwargs):
     """SGLang's count plus Main-Decode's parked requests."""
     count = original(self, *args, **kwargs)
-    state = getattr(self.scheduler, "_pdd_main", None)
-    return count if state is None else count + len(state.parked)
+    state = self.scheduler._pdd.main
+    return count if state is None else count + len(state.requests.parked)

@@ -35,7 +35,7 @@ def applies() -> bool:
 def hook(original, self, *args, **kwargs):
     """SGLang's timeout aborts, plus this iteration's control messages (rank 0 of MD)."""
     local_reqs = original(self, *args, **kwargs)
-    state = getattr(self, "_pdd_main", None)
+    state = self._pdd.main
     if state is None:
         return local_reqs
     try:

@@ -33,14 +33,15 @@ def applies() -> bool:
 
 def hook(result, self, *args, **kwargs):
     """Drive the Main-Decode state machine once (no-op on other roles)."""
-    state = getattr(self, "_pdd_main", None)
+    state = self._pdd.main
     if state is None:
         return result
     state.park_arrivals(self)
-    idle_but_parked = state.parked and self.running_batch.is_empty() and not self.waiting_queue
+    parked = state.requests
+    idle_but_parked = parked.parked and self.running_batch.is_empty() and not self.waiting_queue
     # Not with a handoff ready: its extend batch is this iteration's work, and a wait here
     # would delay every handoff to an idle MD by the wait's 2 ms.
-    if idle_but_parked and not state.handoff_runnable():  # read next iteration, every rank
+    if idle_but_parked and not parked.handoff_runnable():  # read next iteration, every rank
         state.wait_for_control(timeout_ms=2)
     state.release_finished(self)
     return result

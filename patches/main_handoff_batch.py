@@ -32,7 +32,7 @@ def applies() -> bool:
 
 def hook(original, self, running_batch, *args, **kwargs):
     """Merge the previous handoff batch; run a new one when handoffs wait and memory allows."""
-    state = getattr(self, "_pdd_main", None)
+    state = self._pdd.main
     if state is None:
         return original(self, running_batch, *args, **kwargs)
     from sglang.srt.managers.schedule_batch import NextBatchPlan

@@ -22,7 +22,7 @@ def applies() -> bool:
 
 def hook(original, self, *args, **kwargs):
     """Parked work counts as work."""
-    state = getattr(self, "_pdd_main", None)
-    if state is not None and state.parked:
+    state = self._pdd.main
+    if state is not None and state.requests.parked:
         return False
     return original(self, *args, **kwargs)

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sglang_pdd.patches import PatchRecord
+
+if TYPE_CHECKING:
+    from sglang_pdd.main_decode.state import MainDecodeState
+    from sglang_pdd.prefill.ledger_service import LedgerService
 
 RECORD = PatchRecord(
     target="sglang.srt.managers.scheduler.Scheduler.__init__",
@@ -16,22 +22,32 @@ RECORD = PatchRecord(
         "before loading plugins)."
     ),
     how=(
-        "Before the scheduler is built, install server_args._pdd as the process's config; "
-        "after, refuse server modes a Main-Decode cannot serve (PP/DP > 1, DP attention, "
-        "page size > 1, speculative decoding: they are resolved only "
-        "here; config.check_main_decode_modes), give a Main-Decode "
-        "scheduler its MainDecodeState (the control socket on the rank that receives "
-        "requests) and register ControlMessages on its _request_dispatcher, start a Prefill's "
-        "transfer ledger (--pdd-ledger-port) on the rank that receives requests, with "
-        "--pdd-emulate-chip start the emulated chip's forward pacer and KV scale, and log "
-        "one line naming the pid, the role, whether the overlap scheduler runs, the hooks "
-        "applied in this process, and whether the sgl_kernel stand-in is active."
+        "Before the scheduler is built, install server_args._pdd as the process's config and "
+        "attach a SchedulerRecord as scheduler._pdd (the hooks read it); after, refuse server "
+        "modes a Main-Decode cannot serve (PP/DP > 1, DP attention, page size > 1, speculative "
+        "decoding: they are resolved only here; config.check_main_decode_modes), give a "
+        "Main-Decode scheduler its MainDecodeState (scheduler._pdd.main; the control socket on "
+        "the rank that receives requests) and register ControlMessages on its "
+        "_request_dispatcher, start a Prefill's transfer ledger (--pdd-ledger-port, "
+        "scheduler._pdd.ledger) on the rank that receives requests, with --pdd-emulate-chip "
+        "start the emulated chip's forward pacer and KV scale, and log "
+        "one line naming the pid, the role, whether the overlap scheduler runs, the hooks applied "
+        "in this process, and whether the sgl_kernel stand-in is active."
     ),
     remove_when="SGLang passes plugin configuration to scheduler processes itself.",
 )
 
 MARKER = "sglang-pdd: scheduler hooks active"
 logger = logging.getLogger("sglang_pdd")
+
+
+@dataclass(slots=True)
+class SchedulerRecord:
+    """What sglang-pdd keeps per scheduler, on SGLang's ``Scheduler`` as ``scheduler._pdd``:
+    attached to every scheduler before SGLang builds it, so the hooks read it plainly."""
+
+    main: MainDecodeState | None = None  # a Main-Decode's parked requests and control socket
+    ledger: LedgerService | None = None  # a Prefill's transfer ledger (--pdd-ledger-port)
 
 
 def applies() -> bool:
@@ -44,8 +60,8 @@ def hook(original, self, server_args, *args, **kwargs):
     from sglang_pdd.cpu.activation import is_active
     from sglang_pdd.plugin import applied_targets
 
-    # ours: absent when the server was not started through the --pdd-* parser (e.g. Engine())
-    pdd_config.set_current(getattr(server_args, "_pdd", pdd_config.PddServerConfig()))
+    pdd_config.set_current(pdd_config.attached_config(server_args))
+    self._pdd = SchedulerRecord()
     result = original(self, server_args, *args, **kwargs)
     config = pdd_config.current()
     if config.role == "main":
@@ -62,7 +78,7 @@ def hook(original, self, server_args, *args, **kwargs):
         vocab = self.model_config.vocab_size
         # Only the rank that pulls requests (the one _poll_timeout_aborts runs on) binds the
         # control socket; main_control_ingest broadcasts what it reads to the other ranks.
-        self._pdd_main = MainDecodeState(
+        self._pdd.main = MainDecodeState(
             config.control_port if _receives_requests() else None,
             host=config.control_host,
             vocab_size=vocab,
@@ -78,13 +94,13 @@ def hook(original, self, server_args, *args, **kwargs):
 
         # Every TP rank writes its share of the heads; this rank measures its own.
         tp_size, transfers = server_args.tp_size, ledger()
-        self._pdd_ledger = LedgerService(
+        self._pdd.ledger = LedgerService(
             config.ledger_host,
             config.ledger_port,
             config.ledger_claim_ttl_s,
             sending=(lambda: transfers.wan_sending_bytes() * tp_size) if config.wan_hosts else None,
         )
-        self._pdd_ledger.start()
+        self._pdd.ledger.start()
     logger.warning(
         "%s pid=%d role=%s overlap_schedule=%s cpu_kernel_standin=%s targets=%s",
         MARKER,
@@ -126,5 +142,5 @@ def _dispatch_control_messages(scheduler) -> None:
 
     # TypeBasedDispatcher.__iadd__ adds our type to the scheduler's own dispatcher.
     scheduler._request_dispatcher += TypeBasedDispatcher(
-        [(ControlMessages, scheduler._pdd_main.apply_control)]
+        [(ControlMessages, scheduler._pdd.main.apply_control)]
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sglang_pdd.patches import PatchRecord
+from sglang_pdd.request_record import request_record
 
 RECORD = PatchRecord(
     target="sglang.srt.sampling.sampling_batch_info.SamplingBatchInfo.from_schedule_batch",
@@ -47,8 +48,9 @@ def request_seed(req) -> int:
     seed = req.sampling_params.sampling_seed
     if seed is not None:
         return int(seed)
-    if getattr(req, "_pdd_seed", None) is None:
+    record = request_record(req)
+    if record.seed is None:
         import random
 
-        req._pdd_seed = random.getrandbits(63)
-    return req._pdd_seed
+        record.seed = random.getrandbits(63)
+    return record.seed

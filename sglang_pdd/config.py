@@ -433,6 +433,15 @@ def current() -> PddServerConfig:
     return _current
 
 
+def attached_config(server_args) -> PddServerConfig:
+    """The config the ``--pdd-*`` flags attached to ``server_args`` (as ``_pdd``), or the
+    default (role ``none``) for a ``ServerArgs`` built without our parser (``Engine()``)."""
+    try:
+        return server_args._pdd
+    except AttributeError:  # ours: patches/server_args_from_cli.py attaches it
+        return PddServerConfig()
+
+
 def set_current(config: PddServerConfig) -> None:
     """Install ``config`` as this process's config (done when the scheduler starts)."""
     global _current

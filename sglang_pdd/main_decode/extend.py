@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import logging
 
+from sglang_pdd.main_decode.handoff_tokens import set_handoff_tokens
+from sglang_pdd.main_decode.parked import HandoffDeferred
 from sglang_pdd.main_decode.penalties import UnknownPenalizerError, count_handed_off_ids
-from sglang_pdd.main_decode.state import HandoffDeferred, set_handoff_tokens
+from sglang_pdd.request_record import request_record
 
 logger = logging.getLogger("sglang_pdd")
 
@@ -84,7 +86,7 @@ class HandoffAdmission:
     def __call__(self, req, token_ids, final) -> bool | str | HandoffDeferred:
         if not token_ids:
             return True
-        already = getattr(req, "_pdd_extended", 0)  # ours: set by the first extend
+        already = request_record(req).extended_ids
         if (
             not final
             and already
@@ -142,7 +144,7 @@ def next_handoff_batch(scheduler, state, running_batch):
             state.refuse(req, reason)
             continue
         set_handoff_tokens(req, token_ids)
-        req._pdd_extended = len(token_ids)
+        request_record(req).extended_ids = len(token_ids)
         req.inflight_middle_chunks = 0 if final else 1
         # The handed-off ids are output, not prompt: no input logprobs for them (SGLang's
         # input-logprob bookkeeping would otherwise expect the whole prompt's and fail).
@@ -153,6 +155,7 @@ def next_handoff_batch(scheduler, state, running_batch):
     if not taken:
         return None
     batch = _extend_batch(scheduler, taken)
+    state.handoff_batch = (batch, [(req, len(ids), final) for req, ids, final in taken])
     for req, _, _ in taken:
         state.note_extend_started(req.rid)
     return batch
@@ -183,7 +186,6 @@ def _extend_batch(scheduler, taken: list):
 
         for req, _, _ in taken:
             req.to_finish = FINISH_ABORT(f"sglang-pdd: {exc}")
-    batch._pdd_handoff = [(req, len(ids), final) for req, ids, final in taken]
     return batch
 
 
@@ -196,13 +198,13 @@ def advance_grammar(req, token_ids: list[int]) -> str | None:
     grammar = req.grammar
     if grammar is None:
         return None
-    seen = getattr(req, "_pdd_grammar_ids", 0)  # ours: set once its grammar saw handed-off ids
+    record = request_record(req)
     try:
-        for token in token_ids[seen:]:
+        for token in token_ids[record.grammar_ids :]:
             grammar.accept_token(token)
     except ValueError as exc:  # xgrammar raises ValueError for a token the grammar rejects
         return f"the grammar rejects a handed-off id: {exc}"
-    req._pdd_grammar_ids = len(token_ids)
+    record.grammar_ids = len(token_ids)
     return None
 
 
@@ -210,10 +212,10 @@ def merge_handoff_batch(scheduler, state, running_batch):
     """Merge last iteration's handoff batch into ``running_batch`` (what SGLang's prefill
     scheduler does with a finished extend) and tell the router each handoff ran."""
     last = scheduler.last_batch
-    handed = getattr(last, "_pdd_handoff", None)  # ours: only on the batches built here
-    if not handed:
-        return running_batch
-    last._pdd_handoff = None  # merged once
+    if state.handoff_batch is None or state.handoff_batch[0] is not last:
+        return running_batch  # last iteration ran no handoff batch
+    handed = state.handoff_batch[1]
+    state.handoff_batch = None  # merged once
     chunks = [req for req, _, final in handed if not final]
     last.filter_batch(reqs_to_exclude=chunks)  # chunks stay parked; finished requests drop
     for req, tokens, final in handed:

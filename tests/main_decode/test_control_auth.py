@@ -99,7 +99,7 @@ def test_only_a_router_whose_key_md_accepts_reaches_the_control_socket(keys):
             if sock is not None:
                 sock.close(0)
         state.socket.close(0)
-        state.auth.stop()
+        state.socket.auth.stop()
         context.term()
 
 

@@ -37,22 +37,22 @@ def test_only_the_watching_peer_may_act_on_a_request():
     owner, intruder = _peer(port, b"router-a"), _peer(port, b"router-b")
     try:
         _deliver(state, owner, encode(Watch(rid="r.pdd-relayed")))
-        assert state.watchers["r.pdd-relayed"] == b"router-a"
+        assert state.requests.watches.watchers["r.pdd-relayed"] == b"router-a"
         rid = "r.pdd-relayed"
         for message in map(encode, (Watch(rid), Release(rid), Handoff(rid, [1, 2], final=True))):
             _deliver(state, intruder, message)
             reply = _reply(intruder)
             assert reply["event"] == "error" and "another peer owns" in reply["message"], reply
-        assert state.watchers["r.pdd-relayed"] == b"router-a"
-        assert not state.releases and not state.handoffs
+        assert state.requests.watches.watchers["r.pdd-relayed"] == b"router-a"
+        assert not state.requests.releases and not state.requests.watches.handoffs
         # Acting on a request nobody watched is refused too.
         _deliver(state, intruder, encode(Release(rid="other.pdd-relayed")))
         assert "before watch" in _reply(intruder)["message"]
         # The owner's own messages are taken.
         _deliver(state, owner, encode(Handoff(rid="r.pdd-relayed", token_ids=[1, 2], final=False)))
         _deliver(state, owner, encode(Release(rid="r.pdd-relayed")))
-        assert state.handoffs["r.pdd-relayed"] == ([1, 2], False)
-        assert "r.pdd-relayed" in state.releases
+        assert state.requests.watches.handoffs["r.pdd-relayed"] == ([1, 2], False)
+        assert "r.pdd-relayed" in state.requests.releases
     finally:
         owner.close()
         intruder.close()
@@ -64,7 +64,7 @@ def test_an_abort_that_overtakes_its_request_still_ends_it():
     lands afterwards is ended (released), not parked for good; others park as usual."""
     from types import SimpleNamespace
 
-    from sglang_pdd.main_decode import state as state_module
+    from sglang_pdd.main_decode import parked as parked_module
 
     state = MainDecodeState(free_port(), host="127.0.0.1")
     scheduler = SimpleNamespace(
@@ -82,12 +82,16 @@ def test_an_abort_that_overtakes_its_request_still_ends_it():
 
     try:
         state.unpark_for_abort(scheduler, "gone.pdd-relayed", abort_all=False)
-        state.recent_aborts["old.pdd-relayed"] = -state_module.ABORT_MEMORY_ITERATIONS - 1
+        state.requests.recent_aborts["old.pdd-relayed"] = -parked_module.ABORT_MEMORY_ITERATIONS - 1
         for rid in ("gone.pdd-relayed", "kept.pdd-relayed", "old.pdd-relayed"):
             arrive(rid)
-        assert set(state.parked) == {"gone.pdd-relayed", "kept.pdd-relayed", "old.pdd-relayed"}
-        assert state.releases == {"gone.pdd-relayed"}
-        assert "old.pdd-relayed" not in state.recent_aborts
+        assert set(state.requests.parked) == {
+            "gone.pdd-relayed",
+            "kept.pdd-relayed",
+            "old.pdd-relayed",
+        }
+        assert state.requests.releases == {"gone.pdd-relayed"}
+        assert "old.pdd-relayed" not in state.requests.recent_aborts
     finally:
         state.socket.close()
 
@@ -95,7 +99,7 @@ def test_an_abort_that_overtakes_its_request_still_ends_it():
 def test_a_deferred_final_handoff_is_dropped_and_reported_and_the_request_stays_parked():
     from types import SimpleNamespace
 
-    from sglang_pdd.main_decode.state import HandoffDeferred
+    from sglang_pdd.main_decode.parked import HandoffDeferred
 
     port = free_port()
     state = MainDecodeState(port, host="127.0.0.1", vocab_size=100)
@@ -103,11 +107,15 @@ def test_a_deferred_final_handoff_is_dropped_and_reported_and_the_request_stays_
     rid = "r.pdd-relayed"
     try:
         _deliver(state, router, encode(Watch(rid=rid)))
-        state.parked[rid] = SimpleNamespace(rid=rid)
-        state.parked_at[rid] = 0.0
+        state.requests.parked[rid] = SimpleNamespace(rid=rid)
+        state.requests.parked_at[rid] = 0.0
         _deliver(state, router, encode(Handoff(rid=rid, token_ids=[1, 2, 3], final=True)))
         taken = state.take_ready_handoffs(lambda req, ids, final: HandoffDeferred("no room"))
-        assert taken == [] and rid in state.parked and rid not in state.handoffs
+        assert (
+            taken == []
+            and rid in state.requests.parked
+            and rid not in state.requests.watches.handoffs
+        )
         reply = _reply(router)
         assert reply == {"event": "deferred", "message": "no room", "rid": rid}
         assert isinstance(decode_event(json.dumps(reply).encode()), Deferred)
@@ -115,7 +123,7 @@ def test_a_deferred_final_handoff_is_dropped_and_reported_and_the_request_stays_
         _deliver(state, router, encode(Handoff(rid=rid, token_ids=[1, 2, 3, 4], final=True)))
         taken = state.take_ready_handoffs(lambda req, ids, final: True)
         assert [(ids, final) for _, ids, final, _ in taken] == [([1, 2, 3, 4], True)]
-        assert rid not in state.parked
+        assert rid not in state.requests.parked
     finally:
         router.close()
         state.socket.close()
@@ -154,9 +162,12 @@ def test_control_messages_read_on_rank_0_leave_every_rank_in_the_same_state():
         rank0.apply_control(batch)
         rank1.apply_control(pickle.loads(pickle.dumps(batch)))
         for state in (rank0, rank1):
-            assert state.watchers == {"r.pdd-relayed": b"router-a", "s.pdd-relayed": b"router-a"}
-            assert state.handoffs == {"r.pdd-relayed": ([1, 2, 3], True)}
-            assert not state.releases
+            assert state.requests.watches.watchers == {
+                "r.pdd-relayed": b"router-a",
+                "s.pdd-relayed": b"router-a",
+            }
+            assert state.requests.watches.handoffs == {"r.pdd-relayed": ([1, 2, 3], True)}
+            assert not state.requests.releases
         assert "another peer owns" in _reply(intruder)["message"]  # answered by rank 0 only
         assert rank1.socket is None and rank1.read_control() is None
     finally:
@@ -173,13 +184,13 @@ def test_a_message_whose_handling_raises_is_answered_and_the_next_one_is_handled
     router = _peer(port, b"router-a")
     try:
         _deliver(state, router, encode(Watch(rid="r.pdd-relayed")))
-        state.releases = None  # a bug in handling a release: set.add on None raises
+        state.requests.releases = None  # a bug in handling a release: set.add on None raises
         _deliver(state, router, encode(Release(rid="r.pdd-relayed")))
         reply = _reply(router)
         assert reply["event"] == "error" and "AttributeError" in reply["message"], reply
-        state.releases = set()
+        state.requests.releases = set()
         _deliver(state, router, encode(Release(rid="r.pdd-relayed")))
-        assert state.releases == {"r.pdd-relayed"}
+        assert state.requests.releases == {"r.pdd-relayed"}
     finally:
         router.close()
         state.socket.close()
@@ -192,14 +203,14 @@ def test_a_watch_after_parking_gets_a_ready_that_still_counts_the_wan_bytes():
 
     port = free_port()
     state = MainDecodeState(port, host="127.0.0.1", vocab_size=100)
-    state.token_kv_bytes = 1000  # as park_arrivals learns it from the pool
+    state.requests.token_kv_bytes = 1000  # as park_arrivals learns it from the pool
     router = _peer(port, b"router-a")
     rid = "late.pdd-relayed"
     try:
-        state.parked[rid] = SimpleNamespace(
+        state.requests.parked[rid] = SimpleNamespace(
             rid=rid, origin_input_ids=list(range(50)), prefix_len=20
         )
-        state.parked_at[rid] = 0.0
+        state.requests.parked_at[rid] = 0.0
         _deliver(state, router, encode(Watch(rid=rid)))
         reply = _reply(router)
         assert reply["event"] == "ready", reply

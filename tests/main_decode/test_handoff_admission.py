@@ -5,11 +5,13 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from sglang_pdd.main_decode.extend import HandoffAdmission, KvBudget
-from sglang_pdd.main_decode.state import HandoffDeferred
+from sglang_pdd.main_decode.parked import HandoffDeferred
+from sglang_pdd.request_record import RequestRecord
 
 
 def _req(rid: str, extended: int = 0, output_ids=(7,)):
-    return SimpleNamespace(rid=rid, _pdd_extended=extended, output_ids=list(output_ids))
+    record = RequestRecord(extended_ids=extended)
+    return SimpleNamespace(rid=rid, _pdd=record, output_ids=list(output_ids))
 
 
 def test_handoffs_are_taken_while_the_budget_lasts_then_deferred_or_wait():

@@ -52,7 +52,7 @@ def test_extended_carries_the_wait_and_the_extend_and_nothing_is_kept_after():
         # A handoff whose request ends before its extend leaves no times behind.
         deliver(Handoff(rid="b.pdd-relayed", token_ids=[4, 5]))
         state.apply_control(ControlMessages(((b"", Expire(rid="b.pdd-relayed")),)))
-        assert state.handoff_times == {}
+        assert state.requests.watches.handoff_times == {}
     finally:
         peer.close(0)
         state.socket.close()
@@ -64,10 +64,11 @@ def test_a_handoff_is_runnable_once_its_request_is_parked_and_not_short_of_kv():
     state = MainDecodeState(None)  # a rank without the socket: control items applied by hand
     rid = "a.pdd-relayed"
     state.apply_control(ControlMessages(((b"router-a", Watch(rid=rid)),)))
-    assert not state.handoff_runnable()  # watched, nothing handed off
+    assert not state.requests.handoff_runnable()  # watched, nothing handed off
     state.apply_control(ControlMessages(((b"router-a", Handoff(rid=rid, token_ids=[1])),)))
-    assert not state.handoff_runnable()  # handed off before its KV landed: nothing to run yet
-    state.parked[rid] = object()  # the KV landed (park_arrivals)
-    assert state.handoff_runnable()
-    state.note_kv_wait(rid)  # the extend batch found no KV room for it
-    assert not state.handoff_runnable()
+    # Handed off before its KV landed: nothing to run yet.
+    assert not state.requests.handoff_runnable()
+    state.requests.parked[rid] = object()  # the KV landed (park_arrivals)
+    assert state.requests.handoff_runnable()
+    state.requests.note_kv_wait(rid)  # the extend batch found no KV room for it
+    assert not state.requests.handoff_runnable()

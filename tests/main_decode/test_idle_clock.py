@@ -37,17 +37,18 @@ def test_a_parked_request_without_control_activity_is_ended_and_its_watcher_told
     try:
         router.send(json.dumps({"op": "watch", "rid": "p.pdd-relayed"}).encode())
         state.poll_control(timeout_ms=10_000)
-        state.parked["p.pdd-relayed"] = SimpleNamespace(rid="p.pdd-relayed")
-        state.watchers["w.pdd-relayed"] = b"someone"  # watched, never parked
-        state.idle.touch("w.pdd-relayed")
-        state.idle.ttl_s = 0.0  # everything is idle past the TTL now
-        state.idle._next_check = 0.0
+        state.requests.parked["p.pdd-relayed"] = SimpleNamespace(rid="p.pdd-relayed")
+        state.requests.watches.watchers["w.pdd-relayed"] = b"someone"  # watched, never parked
+        state.requests.idle.touch("w.pdd-relayed")
+        state.requests.idle.ttl_s = 0.0  # everything is idle past the TTL now
+        state.requests.idle._next_check = 0.0
         batch = state.read_control()
         assert sorted(m.rid for _, m in batch.items) == ["p.pdd-relayed", "w.pdd-relayed"]
         assert all(isinstance(m, Expire) for _, m in batch.items)
         state.apply_control(batch)
-        assert state.releases == {"p.pdd-relayed"}  # ends through SGLang's abort, KV cached
-        assert state.watchers == {} and state.handoffs == {}
+        # Ends through SGLang's abort, KV cached.
+        assert state.requests.releases == {"p.pdd-relayed"}
+        assert state.requests.watches.watchers == {} and state.requests.watches.handoffs == {}
         assert router.poll(10_000)
         reply = json.loads(router.recv())
         assert reply["event"] == "error" and "--pdd-parked-ttl-s" in reply["message"]

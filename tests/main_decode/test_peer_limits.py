@@ -34,14 +34,15 @@ _steps = st.lists(st.tuples(st.sampled_from(PEERS), _messages), max_size=60)
 
 
 def _check_ledger(state: MainDecodeState) -> None:
-    watched = Counter(state.watchers.values())
-    assert state.watch_counts == watched
+    watches = state.requests.watches
+    watched = Counter(watches.watchers.values())
+    assert watches.watch_counts == watched
     held = Counter()
-    for rid, (ids, _final) in state.handoffs.items():
-        held[state.watchers[rid]] += len(ids)  # every held handoff has its watcher
-    assert +state.held_tokens == +held
-    assert all(n <= state.max_watches_per_peer for n in watched.values())
-    assert all(n <= state.max_held_tokens_per_peer for n in held.values())
+    for rid, (ids, _final) in watches.handoffs.items():
+        held[watches.watchers[rid]] += len(ids)  # every held handoff has its watcher
+    assert +watches.held_tokens == +held
+    assert all(n <= watches.max_watches_per_peer for n in watched.values())
+    assert all(n <= watches.max_held_tokens_per_peer for n in held.values())
 
 
 @settings(max_examples=300, deadline=None)
@@ -54,7 +55,8 @@ def test_the_ledger_matches_the_tables_and_stays_bounded(steps):
         _check_ledger(state)
     for rid in RIDS:  # every request ending (the TTL here) empties the ledger
         state.apply_control(ControlMessages(((b"", Expire(rid=rid)),)))
-    assert not state.watch_counts and not state.held_tokens and not state.handoffs
+    watches = state.requests.watches
+    assert not watches.watch_counts and not watches.held_tokens and not watches.handoffs
 
 
 def test_a_peer_past_its_bounds_is_refused_naming_the_bound():
@@ -85,11 +87,11 @@ def test_a_peer_past_its_bounds_is_refused_naming_the_bound():
         deliver(Handoff(rid="b.pdd-relayed", token_ids=[1, 2], final=False))
         refused = reply()
         assert "MAX_HELD_HANDOFF_TOKENS_PER_PEER" in refused["message"], refused
-        assert state.handoffs == {"a.pdd-relayed": ([1, 2, 3], False)}
+        assert state.requests.watches.handoffs == {"a.pdd-relayed": ([1, 2, 3], False)}
         # A handoff replacing the peer's own held one counts only the difference.
         deliver(Handoff(rid="a.pdd-relayed", token_ids=[1, 2, 3, 4], final=True))
-        assert state.handoffs["a.pdd-relayed"] == ([1, 2, 3, 4], True)
-        assert state.held_tokens[b"router-a"] == 4
+        assert state.requests.watches.handoffs["a.pdd-relayed"] == ([1, 2, 3, 4], True)
+        assert state.requests.watches.held_tokens[b"router-a"] == 4
     finally:
         peer.close()
         state.socket.close()
