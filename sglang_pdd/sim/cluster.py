@@ -84,6 +84,8 @@ class RequestRecord:
     handoff: RelayedHandoff | None = None
     pins: list = field(default_factory=list)
     streams: dict = field(default_factory=dict)  # "intra" / "wan" -> _KvStream (kv_per_chunk)
+    claimed: bool = False  # transfer_claims: its transfer to MD is registered on the link
+    send_on_claim: bool = False  # ... and goes when the claim is granted (the prefill is done)
 
 
 class _KvStream:
@@ -159,6 +161,11 @@ class ClusterSim:
         self.kv = config.model.kv_bytes_per_token
         self.block_tokens = config.block_tokens
         self.kv_per_chunk = config.engine.kv_per_chunk
+        # PDD's transfer claims: rid -> the prompt blocks its transfer to MD carries, from its
+        # registration until it lands; and who waits for each to land.
+        self.claims = spec.kind == "pdd" and spec.transfer_claims
+        self.on_link: dict[int, frozenset] = {}
+        self.link_waiters: dict[int, list] = {}
 
         def perf(pool):
             return InstancePerf(config.chip(pool.chip), config.model, config.engine, pool.chips)
@@ -226,19 +233,62 @@ class ClusterSim:
 
     def _arrive(self, req: Request) -> None:
         rec = self.records[req.rid]
-        hit = self._hit_tokens(self.p_cache.match(req.hash_ids), req)
-        # A fully cached prompt still computes its last token (to produce logits).
-        hit = min(hit, req.input_tokens - 1)
-        rec.prefill_hit_tokens = hit
+        rec.prefill_hit_tokens = self._prefill_hit(req)
         if self.planned:
             i = self._plan(req, rec)
+            pipeline = rec.plan.decision.pipeline
+            if self.claims and pipeline == PIPELINE_P_MD:
+                # The router registers MD's transfer before it asks P for anything.
+                self._claim(req, lambda: self._submit(req, rec, i))
+                return
+            if self.claims and pipeline == PIPELINE_P_RLD_MD:
+                self._claim(req, lambda: None)  # RLD's side goes at once
         else:
             i = _pick(self.prefill, lambda p: p.queued_tokens)
+        self._submit(req, rec, i)
+
+    def _prefill_hit(self, req: Request) -> int:
+        hit = self._hit_tokens(self.p_cache.match(req.hash_ids), req)
+        # A fully cached prompt still computes its last token (to produce logits).
+        return min(hit, req.input_tokens - 1)
+
+    def _submit(self, req: Request, rec: RequestRecord, i: int) -> None:
+        """Queue the request's prefill on P ``i`` (and its KV's streams, with kv_per_chunk)."""
+        if rec.claimed:  # it waited for a claim: P's cache may hold more of it by now
+            rec.prefill_hit_tokens = self._prefill_hit(req)
+        hit = rec.prefill_hit_tokens
         on_chunk = None
         if self.kv_per_chunk:
             rec.streams = self._open_streams(req, rec)
             on_chunk = self._chunk_done
         self.prefill[i].submit(req.rid, req.input_tokens - hit, hit, self._prefill_done, on_chunk)
+
+    def _dependency(self, req: Request) -> int | None:
+        """A transfer on MD's link carrying the first block of this prompt MD's cache lacks."""
+        held = self.drc.match(req.hash_ids) if self.drc is not None else 0
+        if held >= len(req.hash_ids):
+            return None
+        first = req.hash_ids[held]
+        return next((rid for rid, blocks in self.on_link.items() if first in blocks), None)
+
+    def _claim(self, req: Request, then) -> None:
+        """The router's claim: once no transfer on MD's link carries this prompt's next missing
+        block (waiting for each that does to land), register this request's own, then
+        ``then()``; MD's cache then lacks only what this transfer sends."""
+        dep = self._dependency(req)
+        if dep is not None:
+            self.link_waiters.setdefault(dep, []).append(lambda: self._claim(req, then))
+            return
+        rec = self.records[req.rid]
+        if rec.completions:  # RLD finished it meanwhile: nothing left to hold in MD's cache
+            cached = self._hit_tokens(self.drc.match(req.hash_ids), req) if self.drc else 0
+        else:
+            cached = self._pin_decode_cache(req, rec)
+        self.on_link[req.rid] = frozenset(req.hash_ids[cached // self.block_tokens :])
+        rec.claimed = True
+        if rec.send_on_claim:
+            self._send_main(req, (req.input_tokens - cached) * self.kv)
+        then()
 
     def _open_streams(self, req: Request, rec: RequestRecord) -> dict:
         """Where the request's KV goes as P makes it: the whole prompt to a decoder of this
@@ -249,11 +299,11 @@ class ClusterSim:
             start = self._pin_decode_cache(req, rec)
             relayed = False
         else:
+            # PDD: P-MD's KV streams to MD as SGLang's PD does; P-RLD-MD's leaves for MD once
+            # the prefill is done (P holds MD's twin request until then).
             d = rec.plan.decision
             relayed = d.pipeline in (PIPELINE_P_RLD, PIPELINE_P_RLD_MD)
-            start = (
-                req.input_tokens - d.wan_bytes // self.kv if d.pipeline != PIPELINE_P_RLD else -1
-            )
+            start = rec.decode_hit_tokens if d.pipeline == PIPELINE_P_MD else -1
         streams = {"intra": _KvStream(self.intra, self.kv, 0)} if relayed else {}
         if start >= 0:
             streams["wan"] = _KvStream(self.wan, self.kv, min(start, req.input_tokens))
@@ -273,8 +323,10 @@ class ClusterSim:
         link = self.link_model.estimate()
         snapshot = ClusterSnapshot(
             prefills=tuple(
-                PrefillCandidate(str(i), rec.prefill_hit_tokens, self.prefill_active[i])
-                for i in range(len(self.prefill))
+                PrefillCandidate(
+                    str(i), rec.prefill_hit_tokens, self.prefill_active[i], p.backlog_s()
+                )
+                for i, p in enumerate(self.prefill)
             ),
             relays=tuple(RelayCandidate(str(i), r.load) for i, r in enumerate(self.relay)),
             mains=tuple(
@@ -327,17 +379,25 @@ class ClusterSim:
         if decision.pipeline == PIPELINE_P_RLD and self.relay:
             self._send_local(req, self._to_relay)
             return
-        if rec.streams:
+        if "wan" in rec.streams:
             rec.wan_bytes = rec.streams["wan"].nbytes
             rec.streams["wan"].close(lambda t, r=req: self._main_kv_ready(r))
+        elif self.claims and not rec.claimed:
+            rec.send_on_claim = True  # waiting for a transfer carrying its prefix to land
+        elif self.claims:
+            self._send_main(req, (req.input_tokens - rec.decode_hit_tokens) * self.kv)
         else:
-            rec.wan_bytes = decision.wan_bytes
-            self.link_model.start(req.rid, decision.wan_bytes, now)
-            self.wan.send(decision.wan_bytes, lambda t, r=req: self._main_kv_ready(r))
+            self._send_main(req, decision.wan_bytes)
         if decision.pipeline == PIPELINE_P_RLD_MD and self.relay:
             self._send_local(req, self._to_relay)
         else:
             rec.pipeline = PIPELINE_P_MD
+
+    def _send_main(self, req: Request, nbytes: int) -> None:
+        """MD's KV leaves P, all at once, across the WAN."""
+        self.records[req.rid].wan_bytes = nbytes
+        self.link_model.start(req.rid, nbytes, self.env.now)
+        self.wan.send(nbytes, lambda t, r=req: self._main_kv_ready(r))
 
     def _send_local(self, req: Request, then) -> None:
         stream = self.records[req.rid].streams.get("intra")
@@ -381,11 +441,14 @@ class ClusterSim:
     def _main_kv_ready(self, req: Request) -> None:
         rec = self.records[req.rid]
         rec.main_kv_s = self.env.now
-        self.link_model.finish(req.rid, self.env.now, learn=not rec.streams)
+        self.link_model.finish(req.rid, self.env.now, learn="wan" not in rec.streams)
         if self.drc is not None:
             self.drc.insert(req.hash_ids)
             if not rec.completions:
                 rec.pins.append(self.drc.acquire(req.hash_ids))
+        self.on_link.pop(req.rid, None)
+        for waiter in self.link_waiters.pop(req.rid, ()):
+            waiter()
         if rec.completions:
             return  # RLD already finished it; the transfer only warmed MD's cache
         rec.main_ready = True

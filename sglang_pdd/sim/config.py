@@ -75,6 +75,9 @@ class ClusterSpec:
     kind: "same-dc" (P and decoders in one datacenter, KV over RDMA), "cross-dc" (decoders in
         the other datacenter, KV over the WAN; decode_cache toggles the decode-side cache), or
         "pdd" (cross-dc plus RLD instances and the pipeline/handoff policies).
+    transfer_claims: PDD's router never sends one prefix to MD twice at once: a request whose
+        prompt's next block MD lacks is on MD's link waits for that transfer to land, then
+        sends only what MD still lacks (a P-MD request's prefill waits with it).
     """
 
     name: str
@@ -87,6 +90,7 @@ class ClusterSpec:
     intra_rtt_s: float = 2e-5
     pipeline: PipelinePolicyConfig = field(default_factory=PipelinePolicyConfig)
     handoff: HandoffPolicyConfig = field(default_factory=HandoffPolicyConfig)
+    transfer_claims: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

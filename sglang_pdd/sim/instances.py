@@ -47,6 +47,7 @@ class PrefillInstance:
         self.busy = False
         self.busy_s = 0.0
         self.forwards = 0
+        self.tokens_done = 0
 
     def submit(
         self,
@@ -64,6 +65,11 @@ class PrefillInstance:
         self.queued_tokens += new_tokens
         if not self.busy:
             self._run_forward()
+
+    def backlog_s(self) -> float:
+        """Seconds of prefill queued, as the router reads them: the uncached tokens queued
+        over the rate this instance has prefilled at (0 before its first forward)."""
+        return self.queued_tokens * self.busy_s / self.tokens_done if self.tokens_done else 0.0
 
     def _run_forward(self) -> None:
         if not self._queue:
@@ -90,6 +96,7 @@ class PrefillInstance:
             job.remaining -= take
             job.context_done += take
             self.queued_tokens -= take
+            self.tokens_done += take
             if job.remaining == 0:
                 finished.append(job)
         while self._queue and self._queue[0].remaining == 0:

@@ -73,6 +73,8 @@ class EmulatedScenario:
     ttft_slo_s: the PDD router's ``--ttft-slo-s`` in chip time (None: the router's default).
     prefix_block_tokens: testbed tokens per simulated prefix block (SGLang's radix cache on
         the testbed matches per token).
+    relay_shares_prefill: the router's ``--relay-shares-prefill``, which the testbed's
+        topology sets (RLD and P on one host, no chips listed).
     """
 
     emulation: ChipEmulation
@@ -82,6 +84,7 @@ class EmulatedScenario:
     ttft_slo_s: float | None = None
     handoff_mode: str = "one-shot"
     prefix_block_tokens: int = 1
+    relay_shares_prefill: bool = True
 
     @classmethod
     def from_args(cls, args: Mapping, wan_mbps: float | None = None) -> EmulatedScenario:
@@ -122,9 +125,13 @@ def sim_config(scenario: EmulatedScenario) -> SimConfig:
     a, b = PoolSpec("A", 1, emu.chips), PoolSpec("B", 1, emu.chips)
     # The router measures prompts in testbed tokens: its anomaly filter's threshold is k times
     # as many model tokens.
+    # Its backlog limit is read on the dilated clock: 1/dilation of it in chip time.
+    default = PipelinePolicyConfig()
     pipeline = PipelinePolicyConfig(
         ttft_slo_s=scenario.ttft_slo_s,
-        anomaly_min_input_tokens=PipelinePolicyConfig().anomaly_min_input_tokens * k,
+        anomaly_min_input_tokens=default.anomaly_min_input_tokens * k,
+        relay_shares_prefill=scenario.relay_shares_prefill,
+        prefill_backlog_limit_s=default.prefill_backlog_limit_s / emu.time_dilation,
     )
     contenders = (
         ClusterSpec("same-dc", "same-dc", a, a),
@@ -138,6 +145,7 @@ def sim_config(scenario: EmulatedScenario) -> SimConfig:
             wan=wan,
             pipeline=pipeline,
             handoff=HandoffPolicyConfig(mode=scenario.handoff_mode),
+            transfer_claims=True,
         ),
     )
     return SimConfig(
