@@ -22,7 +22,7 @@ def applies() -> bool:
 
 def hook(result, parser, *args, **kwargs):
     """Add the sglang-pdd argument group: one flag per ``PddServerConfig`` field, its name,
-    default and help taken from the field (the README lists them)."""
+    default and help taken from the field (docs/flags.md lists them)."""
     from sglang_pdd.config import FLAG_PREFIX, PddServerConfig
     from sglang_pdd.options import add_options
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from sglang_pdd.topology.schema import Instance, Topology, load_topology
 
 # Mooncake over TCP: with its defaults (1,024 writes per peer, 1 s) a long prompt to a busy
-# decode server is refused and SGLang blacklists the receiver (README, docs/costs.md).
+# decode server is refused and SGLang blacklists the receiver (docs/pdd.md, docs/costs.md).
 TCP_LIMITS = {
     "MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER": "65535",
     "MC_TCP_MAX_PENDING_ADMISSIONS_PER_PEER": "65535",
