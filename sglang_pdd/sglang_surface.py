@@ -96,9 +96,6 @@ _LOGPROBS = "router/openai_logprobs.py"
 _VIEW = "cache/kv_event_view.py"
 
 _OAI = "sglang.srt.entrypoints.openai.protocol"
-_FCP = "sglang.srt.function_call.function_call_parser"
-_FC_UTILS = "sglang.srt.function_call.utils"
-_TOOLS = "router/tool_calls.py"
 _CHAT = "router/openai_chat.py"
 _SERVING_CHAT = "sglang.srt.entrypoints.openai.serving_chat"
 _TM = "sglang.srt.managers.tokenizer_manager"
@@ -388,24 +385,6 @@ SURFACE: tuple[Use, ...] = (
     ),
     _pos(FUNCTION, _OPENAI, "_is_byte_level_tokenizer", _LOGPROBS, "tokenizer"),
     _pos(FUNCTION, _OPENAI, "token_id_to_bytes", _LOGPROBS, "tokenizer", "token_id"),
-    # -- OpenAI tool calling: SGLang's request model, grammar builders and parser --
-    _use(CLASS, _OAI, "ChatCompletionRequest", _TOOLS, "tools", "tool_choice"),
-    _use(CLASS, _OAI, "ToolChoice", _TOOLS),
-    *_attrs(_OAI, "ChatCompletionRequest", _TOOLS, "tools", "tool_choice", "parallel_tool_calls"),
-    _use(CLASS, _FCP, "FunctionCallParser", _TOOLS, "tool_choice", "prefix", "constrained"),
-    _use(METHOD, _FCP, "FunctionCallParser.get_structure_constraint", _TOOLS, "thinking_mode"),
-    _use(METHOD, _FCP, "FunctionCallParser.owns_tool_format", _TOOLS),
-    _use(METHOD, _FCP, "FunctionCallParser.has_tool_call", _TOOLS),
-    _use(METHOD, _FCP, "FunctionCallParser.parse_non_stream", _TOOLS),
-    _use(
-        METHOD,
-        "sglang.srt.function_call.base_format_detector",
-        "BaseFormatDetector.parses_required_natively",
-        _TOOLS,
-    ),
-    _use(FUNCTION, _FC_UTILS, "get_json_schema_constraint", _TOOLS, "parallel_tool_calls"),
-    _use(FUNCTION, _FC_UTILS, "normalize_json_schema_types", _TOOLS),
-    _use(FUNCTION, "sglang.utils", "convert_json_schema_to_str", _TOOLS),
     # -- OpenAI chat: SGLang's own serving code on a stand-in TokenizerManager --
     _pos(CLASS, _SERVING_CHAT, "OpenAIServingChat", _CHAT, "tokenizer_manager", "template_manager"),
     _use(METHOD, _SERVING_CHAT, "OpenAIServingChat._validate_request", _CHAT),

@@ -182,12 +182,12 @@ class RouterConfig:
         "/generate streams send only the new output ids and text in each chunk, as "
         "SGLang's flag of the same name (default: cumulative, as SGLang's default)",
     )
-    # The router parses tool calls itself (router/tool_calls.py), with SGLang's parser.
+    # The router answers chats with SGLang's own serving code and parsers (router/openai_chat.py).
     tool_call_parser: str | None = option(
         None,
         "parse OpenAI tool calls from chat answers with this SGLang parser (SGLang's flag of the "
-        "same name; without it, tool_choice required or named gets SGLang's JSON-array grammar "
-        "and the answer stays text, as in SGLang)",
+        "same name; give the co-located servers' value: without it, tool_choice required or "
+        "named gets SGLang's JSON-array grammar and the answer stays text, as in SGLang)",
         choices=TOOL_CALL_PARSERS,
     )
     reasoning_parser: str | None = option(

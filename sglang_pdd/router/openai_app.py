@@ -2,7 +2,10 @@
 
 ``n`` choices are ``n`` independent PDD requests of the same prompt (router/fanout.py), merged
 into one answer: choice ``j`` is request ``j``'s output; streamed chunks carry their choice's
-index, and the usage (prompt once, all choices' completions) rides the last chunk.
+index. A stream's usage (prompt once, all choices' completions) comes as SGLang's server sends
+it: with ``stream_options.include_usage`` in a chunk of its own at the end, with
+``continuous_usage_stats`` on every chunk. Chats are SGLang's own serving code's
+(router/openai_chat.py).
 """
 
 from __future__ import annotations
@@ -11,13 +14,14 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from sglang_pdd.router import openai_chat, openai_logprobs, tool_calls
+from sglang_pdd.router import openai_chat, openai_logprobs
 from sglang_pdd.router import openai_format as oai
 from sglang_pdd.router.fanout import SubRequest, merged_events, sample_count
 from sglang_pdd.router.record import TokenDelta
 from sglang_pdd.router.request_fields import (
     CHAT_FIELDS,
     OPENAI_FIELDS,
+    TOOL_FIELDS,
     unsupported_fields,
     unsupported_message,
     unsupported_sampling,
@@ -43,18 +47,20 @@ async def serve_openai(request: web.Request, state: RouterState, kind: str):
         return await _serve_chat(request, state, body)
     if unsupported := unsupported_fields(body, OPENAI_FIELDS):
         raise oai.bad_request(unsupported_message(unsupported))
-    ids, sampling, plan = _prompt_and_sampling(body, state, kind)
+    if present := [k for k in TOOL_FIELDS if k in body]:
+        raise oai.bad_request(f"{', '.join(present)}: only /v1/chat/completions takes tools")
+    ids = oai.completion_prompt(body, state.tokenizer)
+    sampling = oai.sampling_params(body, default_max_tokens=16)
     _check_sampling(sampling, state)
+    usage_in_stream = _stream_usage(body, state)
     n = sample_count(body, "n")
-    extra = openai_logprobs.generate_fields(kind, body)
+    extra = openai_logprobs.generate_fields("completion", body)
     runs = start_runs(state, [SubRequest(ids, dict(sampling), dict(extra))] * n)
     answer = _Answer(
-        kind=kind,
-        oid=("chatcmpl-" if kind == "chat" else "cmpl-") + runs[0].rid,
+        oid="cmpl-" + runs[0].rid,
         model=body.get("model") or state.model_info.get("model_path", "default"),
         prompt_tokens=len(ids),
         runs=runs,
-        plan=plan,
         tokenizer=state.tokenizer,
     )
     merged = merged_events(runs)
@@ -63,7 +69,7 @@ async def serve_openai(request: web.Request, state: RouterState, kind: str):
     first = await anext(merged)  # errors before the first token still get an HTTP status
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
-    openai_stream = _OpenAIStream(answer, resp)
+    openai_stream = _OpenAIStream(answer, resp, *usage_in_stream)
     return await send_stream(
         state, resp, merged, lambda events: openai_stream.run(chain(first, events))
     )
@@ -83,13 +89,7 @@ async def _serve_chat(request: web.Request, state: RouterState, body: dict):
     oid = "chatcmpl-" + runs[0].rid
     merged = merged_events(runs)
     if not prepared.stream:
-        try:
-            async for index, event in merged:
-                if isinstance(event, TokenDelta):
-                    runs[index].text.add(event.token_ids)
-        except DISCONNECTED:
-            await abandon(state, merged)
-            raise
+        await _read_all(state, runs, merged)
         answer = serving.response(prepared, oid, runs)
         records = [run.finished.record.as_dict() for run in runs]
         answer["pdd"] = records[0] if len(runs) == 1 else records
@@ -113,53 +113,24 @@ def _check_sampling(sampling: dict, state: RouterState) -> None:
         raise oai.bad_request(unsupported_message([names.get(n, n) for n in unsupported]))
 
 
-def _prompt_and_sampling(body: dict, state: RouterState, kind: str):
-    """The prompt's ids, SGLang sampling params and the tool-call plan (chat only) of ``body``;
-    400 for what PDD cannot carry."""
-    plan = None
-    if kind == "chat":
-        plan = tool_calls.plan_tools(body, state.config.tool_call_parser, state.tokenizer)
-        ids = oai.chat_prompt(body, state.tokenizer, plan.template_tools if plan else None)
-        sampling = oai.sampling_params(body, default_max_tokens=None)
-        if plan is not None:
-            tool_calls.apply_constraint(plan, sampling)
-    elif present := [k for k in tool_calls.TOOL_FIELDS if k in body]:
-        raise oai.bad_request(f"{', '.join(present)}: only /v1/chat/completions takes tools")
-    else:
-        ids = oai.completion_prompt(body, state.tokenizer)
-        sampling = oai.sampling_params(body, default_max_tokens=16)
-    return ids, sampling, plan
+def _stream_usage(body: dict, state: RouterState) -> tuple[bool, bool]:
+    """(a usage chunk at the end, usage on every chunk) of a stream, as SGLang decides them
+    (``stream_options``, the server's --stream-response-default-include-usage)."""
+    default = bool(state.server_info.get("stream_response_default_include_usage"))
+    options = body.get("stream_options")
+    if not body.get("stream") or (not options and not default):
+        return False, False
+    from sglang.srt.entrypoints.openai.protocol import StreamOptions
+    from sglang.srt.entrypoints.openai.utils import should_include_usage
+
+    if options is not None and not isinstance(options, dict):
+        raise oai.bad_request("stream_options: must be an object")
+    parsed = StreamOptions(**options) if options else None
+    return should_include_usage(parsed, default)
 
 
-@dataclass
-class _Answer:
-    """What every chunk or the whole answer of one OpenAI request needs."""
-
-    kind: str
-    oid: str
-    model: str
-    prompt_tokens: int
-    runs: list
-    plan: object  # tool_calls' plan, or None
-    tokenizer: object
-
-    def logprobs_since(self, run, start: int) -> dict | None:
-        if not run.logprobs:
-            return None
-        build = (
-            openai_logprobs.chat_logprobs
-            if self.kind == "chat"
-            else openai_logprobs.completion_logprobs
-        )
-        return build(run.token_logprobs[start:], run.top_logprobs[start:], self.tokenizer)
-
-    def usage(self) -> dict:
-        return oai.usage(self.prompt_tokens, sum(len(r.text.ids) for r in self.runs))
-
-
-async def _whole(answer: _Answer, state: RouterState, merged) -> web.Response:
-    """The non-streamed answer: every choice once all runs ended."""
-    runs = answer.runs
+async def _read_all(state: RouterState, runs: list, merged) -> None:
+    """Every run's output, into its text, until all ended."""
     try:
         async for index, event in merged:
             if isinstance(event, TokenDelta):
@@ -167,94 +138,107 @@ async def _whole(answer: _Answer, state: RouterState, merged) -> web.Response:
     except DISCONNECTED:
         await abandon(state, merged)
         raise
-    choices = []
-    for j, run in enumerate(runs):
-        text, reason, calls = run.text.full(), run.finished.finish_reason, None
-        if answer.plan is not None:
-            text, calls, reason = tool_calls.parse_answer(
-                answer.plan, text, reason, answer.tokenizer
-            )
-        choices.append(
-            oai.choice(answer.kind, j, text, reason, answer.logprobs_since(run, 0), calls)
+
+
+@dataclass
+class _Answer:
+    """What every chunk or the whole answer of one completion request needs."""
+
+    oid: str
+    model: str
+    prompt_tokens: int
+    runs: list
+    tokenizer: object
+
+    def logprobs_since(self, run, start: int) -> dict | None:
+        if not run.logprobs:
+            return None
+        return openai_logprobs.completion_logprobs(
+            run.token_logprobs[start:], run.top_logprobs[start:], self.tokenizer
         )
+
+    def completion_tokens(self) -> int:
+        return sum(len(r.text.ids) for r in self.runs)
+
+
+async def _whole(answer: _Answer, state: RouterState, merged) -> web.Response:
+    """The non-streamed answer: every choice once all runs ended."""
+    runs = answer.runs
+    await _read_all(state, runs, merged)
+    choices = [
+        oai.choice(
+            "completion",
+            j,
+            run.text.full(),
+            run.finished.finish_reason,
+            answer.logprobs_since(run, 0),
+        )
+        for j, run in enumerate(runs)
+    ]
     records = [run.finished.record.as_dict() for run in runs]
     return web.json_response(
         oai.response(
-            answer.kind,
+            "completion",
             answer.oid,
             answer.model,
             choices,
             answer.prompt_tokens,
-            sum(len(run.text.ids) for run in runs),
+            answer.completion_tokens(),
             records[0] if len(runs) == 1 else records,
         )
     )
 
 
 class _OpenAIStream:
-    """The streamed answer: one SSE chunk per delta of each choice, tool calls as the parser
-    finds them, the finish reason (and, on the last choice to end, the usage), then [DONE]."""
+    """The streamed completion: one SSE chunk per delta of each choice, the finish reason, then
+    (as SGLang's server, with ``stream_options``) the usage on every chunk and/or in a chunk of
+    its own, then [DONE]."""
 
-    def __init__(self, answer: _Answer, resp: web.StreamResponse) -> None:
+    def __init__(
+        self, answer: _Answer, resp: web.StreamResponse, include_usage: bool, continuous: bool
+    ) -> None:
         n = len(answer.runs)
         self.answer, self.resp = answer, resp
-        self.sent_any = [False] * n
+        self.include_usage, self.continuous = include_usage, continuous
         self.logprobs_sent = [0] * n  # logprobs ride the chunk that carries their text
-        self.finished = 0
-        # With a tool-call parser, each choice's text goes through it (router/tool_calls.py).
-        self.parsed = [None] * n
-        if answer.plan is not None and answer.plan.parser:
-            self.parsed = [
-                tool_calls.ToolCallStream(answer.plan, answer.tokenizer) for _ in range(n)
-            ]
 
     async def run(self, events) -> None:
         async for index, event in events:
+            run = self.answer.runs[index]
             if isinstance(event, TokenDelta):
-                await self._delta(index, event)
+                text = run.text.add(event.token_ids)
+                if text:
+                    await self._send(index, run, text)
             else:
-                await self._finish(index, event)
+                await self._send(index, run, run.tail, reason=event.finish_reason)
+        if self.include_usage:
+            a = self.answer
+            usage = _usage(a.prompt_tokens, a.completion_tokens())
+            # SGLang sends this chunk without its null fields, and without a choice.
+            usage = {k: v for k, v in usage.items() if v is not None}
+            last = oai.chunk("completion", a.oid, a.model, "", usage_=usage)
+            last["choices"] = []
+            await sse(self.resp, last)
         await sse(self.resp, "[DONE]")
 
-    async def _send(self, index: int, text: str, **fields) -> None:
+    async def _send(self, index: int, run, text: str, reason=None) -> None:
         a = self.answer
-        first = not self.sent_any[index]
-        await sse(
-            self.resp, oai.chunk(a.kind, a.oid, a.model, text, first=first, index=index, **fields)
-        )
-        self.sent_any[index] = True
-
-    async def _send_calls(self, index: int, calls: list[dict]) -> None:
-        for call in calls:
-            await self._send(index, "", calls=[call])
-
-    async def _delta(self, index: int, event: TokenDelta) -> None:
-        run, parser = self.answer.runs[index], self.parsed[index]
-        if parser is None:
-            steps = [(run.text.add(event.token_ids), [])]
-        else:
-            steps = parser.feed_ids(run.text, event.token_ids)
-        for delta, calls in steps:
-            if delta:
-                logprobs = self.answer.logprobs_since(run, self.logprobs_sent[index])
-                await self._send(index, delta, logprobs=logprobs)
-                self.logprobs_sent[index] = len(run.token_logprobs)
-            await self._send_calls(index, calls)
-
-    async def _finish(self, index: int, event) -> None:
-        run, parser = self.answer.runs[index], self.parsed[index]
-        self.finished += 1
-        reason, tail = event.finish_reason, run.tail
-        if parser is not None:
-            aborted = (reason or {}).get("type") == "abort"
-            tail, calls = parser.feed(tail, final=not aborted)
-            if tail:
-                await self._send(index, tail)
-            await self._send_calls(index, calls)
-            if (rest := parser.unstreamed()) is not None:
-                await self._send_calls(index, [rest])
-            tail, reason = "", parser.finish_reason(reason)
-        use = self.answer.usage() if self.finished == len(self.answer.runs) else None
         more = len(run.token_logprobs) > self.logprobs_sent[index]
-        lp = self.answer.logprobs_since(run, self.logprobs_sent[index]) if more else None
-        await self._send(index, tail, reason=reason, usage_=use, logprobs=lp)
+        logprobs = a.logprobs_since(run, self.logprobs_sent[index]) if more else None
+        self.logprobs_sent[index] = len(run.token_logprobs)
+        # SGLang's continuous usage: this choice's prompt and output so far.
+        usage = _usage(a.prompt_tokens, len(run.text.ids)) if self.continuous else None
+        chunk = oai.chunk(
+            "completion", a.oid, a.model, text, reason, usage_=usage, logprobs=logprobs, index=index
+        )
+        await sse(self.resp, chunk)
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    """A stream's usage object, SGLang's (``UsageProcessor``)."""
+    from sglang.srt.entrypoints.openai.usage_processor import UsageProcessor
+
+    usage = UsageProcessor.calculate_token_usage(
+        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+    )
+    return usage.model_dump()

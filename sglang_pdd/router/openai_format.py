@@ -79,42 +79,6 @@ def completion_prompt(body: dict, tokenizer) -> list[int]:
     )
 
 
-def chat_prompt(body: dict, tokenizer, tools: list[dict] | None = None) -> list[int]:
-    """The prompt ids SGLang's OpenAI server builds for a chat (``serving_chat.py``,
-    ``_apply_jinja_template``): a last assistant message with text content is sent as a user
-    message (SGLang does so unless ``continue_final_message``, which the router refuses); the
-    rendered template is encoded without the tokenizer's own special tokens when it adds any
-    (the template already has its BOS: no double BOS on tokenizers such as Llama 3's).
-    ``tools``: the tool definitions for the template (``tool_calls.ToolPlan``); a template that
-    fails with them gets them once more as bare functions, as SGLang retries."""
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise bad_request("'messages' must be a non-empty list")
-    if tools is not None:
-        from sglang_pdd.router.tool_calls import template_messages
-
-        messages = template_messages(messages)
-    last = messages[-1]
-    if isinstance(last, dict) and last.get("role") == "assistant":
-        if isinstance(last.get("content"), str):
-            messages = [*messages[:-1], {"role": "user", "content": last["content"]}]
-    render = lambda tools: tokenizer.apply_chat_template(  # noqa: E731
-        messages, tokenize=False, add_generation_prompt=True, tools=tools
-    )
-    try:
-        try:
-            text = render(tools)
-        except Exception:
-            if not tools:
-                raise
-            text = render([tool["function"] for tool in tools])
-    except Exception as exc:  # noqa: BLE001 - the template's own error is the useful message
-        raise bad_request(f"cannot apply the chat template: {exc}") from exc
-    if tokenizer.encode(""):  # the tokenizer adds specials of its own (SGLang's probe)
-        return tokenizer.encode(text, add_special_tokens=False)
-    return tokenizer.encode(text)
-
-
 def finish_reason(reason: dict | None) -> str | None:
     if not reason:
         return None

@@ -66,12 +66,15 @@ OPENAI_FIELDS = frozenset(
         "top_logprobs",
         "n",
         "response_format",
-        # chat only (router/tool_calls.py)
+        # chat only (router/openai_chat.py)
         "tools",
         "tool_choice",
         "parallel_tool_calls",
     }
 )
+
+# Fields of a chat request that are about tools (refused on /v1/completions).
+TOOL_FIELDS = ("tools", "tool_choice", "parallel_tool_calls")
 
 # /v1/chat/completions: the OpenAI fields, and SGLang's chat extensions its own serving-chat
 # code (router/openai_chat.py) builds the prompt and the answer with.

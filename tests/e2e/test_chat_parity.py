@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import requests
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -157,8 +158,6 @@ def test_agent_turns_match_colocated(routers, colocated, pipeline, stream):
 
 def test_the_handoff_happens_on_an_agent_turn(pdd_cluster, colocated):
     """The cases above cross a handoff on P-RLD-MD (else they would test one instance)."""
-    import requests
-
     handed = 0
     for case in CASES.values():
         body = {**case, "max_tokens": 48, "temperature": 0}
@@ -311,3 +310,36 @@ def test_generated_conversations_match_colocated(pdd_cluster, colocated, body, s
     got, want = both(pdd_cluster.router_url, colocated.url, body, stream)
     event(f"status {want['status']}")  # hypothesis --hypothesis-show-statistics: how many ran
     _assert_same(got, want, body)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"include_usage": True}, {"include_usage": True, "continuous_usage_stats": True}, None],
+    ids=["usage", "continuous", "none"],
+)
+def test_completion_stream_usage_matches_colocated(pdd_cluster, colocated, options):
+    """``/v1/completions``' usage as SGLang streams it: a usage chunk at the end (no choice),
+    usage on every chunk with continuous_usage_stats, none without stream_options."""
+    from sglang_pdd.testbed.client import iter_sse
+
+    body = {"prompt": "the weather in Paris", "max_tokens": 12, "temperature": 0, "n": 2}
+    body["stream"] = True
+    if options is not None:
+        body["stream_options"] = options
+
+    def usage_of(url):
+        with requests.post(url + "/v1/completions", json=body, stream=True, timeout=300) as r:
+            assert r.status_code == 200, r.text
+            chunks = list(iter_sse(r))
+        text = {}
+        for c in chunks:
+            for choice in c["choices"]:
+                text[choice["index"]] = text.get(choice["index"], "") + choice["text"]
+        every = all(c.get("usage") for c in chunks if c["choices"])
+        ends = [c for c in chunks if not c["choices"]]
+        return text, every, [{k: c[k] for k in ("object", "usage")} for c in ends]
+
+    got, want = usage_of(pdd_cluster.router_url), usage_of(colocated.url)
+    assert got == want
+    assert got[1] == bool(options and options.get("continuous_usage_stats"))
+    assert len(got[2]) == (1 if options else 0)

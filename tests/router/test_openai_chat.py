@@ -221,3 +221,41 @@ def test_reasoning_is_separated_as_sglang_separates_it(thinking, tokenizer):
     kept = thinking.prepare({**body, "separate_reasoning": False})
     message = _whole(thinking, kept, tokenizer, ids, stop)["choices"][0]["message"]
     assert (message["reasoning_content"], message["content"]) == (None, "plan it</think>done")
+
+
+def _tiny_tokenizer(tiny_model, bos_added: bool):
+    """The test model's tokenizer; ``bos_added``: with a post-processor that puts its BOS in
+    front of every encoding (as Llama 3's does), the case SGLang's chat encode guards against."""
+    from tokenizers.processors import TemplateProcessing
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    if bos_added:
+        bos = tokenizer.bos_token
+        tokenizer.backend_tokenizer.post_processor = TemplateProcessing(
+            single=f"{bos} $A", special_tokens=[(bos, tokenizer.bos_token_id)]
+        )
+        assert tokenizer.encode("") == [tokenizer.bos_token_id]
+    return tokenizer
+
+
+@pytest.mark.parametrize("bos_added", [False, True], ids=["plain", "bos-adding"])
+def test_the_prompt_is_the_rendered_template_encoded_once(tiny_model, bos_added):
+    """The prompt is the template's text and nothing more: a tokenizer that adds a BOS of its
+    own does not add a second one (SGLang encodes with ``add_special_tokens=False`` then); a
+    trailing assistant message with text is sent as the user's, as SGLang does."""
+    from sglang_pdd.router.openai_chat import ChatServing
+
+    tokenizer = _tiny_tokenizer(tiny_model, bos_added)
+    chat = ChatServing(tokenizer, str(tiny_model), None, None, {})
+    messages = [{"role": "user", "content": "relay the cache"}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    ids = chat.prepare({"messages": messages}).input_ids
+    assert ids == tokenizer.encode(text, add_special_tokens=False)
+    assert tokenizer.decode(ids) == text
+    trailing = [*messages, {"role": "assistant", "content": "P"}]
+    as_user = [*messages, {"role": "user", "content": "P"}]
+    assert (
+        chat.prepare({"messages": trailing}).input_ids
+        == chat.prepare({"messages": as_user}).input_ids
+    )
