@@ -1,6 +1,10 @@
-"""The simulator predicts the testbed: calibrate it on a testbed run, replay the run, compare TTFT.
+"""The simulator predicts the testbed: replay a testbed run's requests, compare the figures.
 
-Reads a JSON written by ``benchmark/testbed.py --json`` (no server is started):
+Reads a JSON written by ``benchmark/testbed.py --json`` (no server is started). A run on
+emulated chips (the default) is simulated on the same chips, model, links and topology
+(``sglang_pdd.testbed.sim_prediction``): TTFT P50/P90/P99, ITL P50/P99 and E2E P50/P90 per
+contender, measured vs simulated, each goal figure marked within or over 10%. A
+``--no-emulation`` run is predicted as follows:
 
 1. calibrates the simulator's chip, model and engine on this machine's measurements in it: the
    decode step from same-datacenter PD's inter-token gaps (against the batch's KV tokens), the

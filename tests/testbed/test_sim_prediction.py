@@ -235,3 +235,91 @@ def test_the_hook_prints_the_prediction_beside_a_point():
     assert "measured vs simulated" in lines[0] and "fidelity:" in lines[1]
     args.emulation = None
     assert sp.print_prediction(point, args, out=lines.append) == {}
+
+
+def test_sim_vs_testbed_compares_an_emulated_json(tmp_path, capsys):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    cfg = AgenticConfig(sessions=2, turns=2, context_tokens=200, output_tokens=6, seed=4)
+    rows = []
+    for s in agentic_sessions(cfg):
+        h: list[int] = []
+        for k, t in enumerate(s.turns):
+            prompt = h + list(t.new_ids)
+            out = [12] * t.max_new_tokens
+            rows.append(
+                {
+                    "sid": s.sid,
+                    "turn": k,
+                    "kind": t.kind,
+                    "prompt_tokens": len(prompt),
+                    "at_s": t.at_s,
+                    "late_s": 0.0,
+                    "status": 200,
+                    "ttft_s": 0.5,
+                    "e2e_s": 1.0,
+                    "gaps_s": [0.1] * (len(out) - 1),
+                    "output_ids": out,
+                }
+            )
+            h = prompt + out if t.kind != "side" else h
+    emulation = {
+        "chip_a": "A",
+        "chip_b": "B",
+        "chips": 8,
+        "token_scale": K,
+        "time_dilation": 2.0,
+        "model_file": "",
+    }
+    args = {
+        "workload": "agentic",
+        "turns": cfg.turns,
+        "context_tokens": cfg.context_tokens,
+        "max_new_tokens": cfg.output_tokens,
+        "turn_interval_s": cfg.turn_interval_s,
+        "seed": cfg.seed,
+        "wan_mbps": 10_000.0,
+        "wan_delay_ms": 15.0,
+        "ttft_slo_s": None,
+        "handoff_mode": "one-shot",
+        "emulation": emulation,
+    }
+    summaries = []
+    for name in sp.SIMULATED:
+        results = [
+            RequestResult(
+                r["sid"],
+                r["turn"],
+                r["kind"],
+                r["prompt_tokens"],
+                r["at_s"],
+                0.0,
+                200,
+                0.5,
+                1.0,
+                r["gaps_s"],
+                r["output_ids"],
+            )
+            for r in rows
+        ]
+        summaries.append(summarize(name, results).as_dict())
+    point = {
+        "label": "synthetic",
+        "wan_mbps": 10_000.0,
+        "sessions": cfg.sessions,
+        "summaries": summaries,
+        "requests": {n: rows for n in sp.SIMULATED},
+    }
+    src, out = tmp_path / "tb.json", tmp_path / "cmp.json"
+    src.write_text(json.dumps({"args": args, "points": [point]}))
+    script = Path(__file__).resolve().parents[2] / "benchmark" / "sim_vs_testbed.py"
+    spec = importlib.util.spec_from_file_location("sim_vs_testbed", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--testbed-json", str(src), "--json", str(out)]) == 0
+    assert "fidelity:" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert {r["contender"] for r in doc["rows"]} == set(sp.SIMULATED)
+    assert doc["predicted"]["pdd"]["requests"] == len(rows)
