@@ -13,8 +13,8 @@ times, time dilation undone).
 The figures are defined as in ``sglang_pdd.testbed.report``: percentiles (numpy's, linear) over
 requests for TTFT and E2E, and over every inter-token gap of every request for ITL. The
 simulator decodes as a fluid (no per-token times), so a request's gaps are rebuilt from its
-record: its handoff gap (MD's first id after RLD's last) once, the rest of its decode spread
-evenly over its other gaps.
+record: RLD's ids at RLD's pace, the handoff gap (MD's first id after RLD's last) once, MD's ids
+at MD's pace.
 """
 
 from __future__ import annotations
@@ -171,16 +171,22 @@ def sim_requests(replayed: Sequence[Replayed], token_scale: int, block_tokens: i
 
 
 def request_gaps(rec: RequestRecord) -> list[float]:
-    """One simulated request's inter-token gaps: its handoff gap once, the rest of its decode
-    spread evenly over its other gaps."""
+    """One simulated request's inter-token gaps: a handed-off request's RLD ids at RLD's pace,
+    its handoff gap once, then MD's ids at MD's pace; any other request's decode spread evenly
+    over its gaps."""
     n = rec.output_tokens - 1
     if n < 1:
         return []
-    decode = rec.done_s - rec.first_token_s
-    if rec.handoff_gap_s > 0 and n > 1:
-        rest = max(0.0, decode - rec.handoff_gap_s) / (n - 1)
-        return [rec.handoff_gap_s] + [rest] * (n - 1)
-    return [decode / n] * n
+    handed = rec.handoff_gap_s > 0 and rec.main_first_s >= 0 and 0 < rec.relay_tokens <= n
+    if not handed:
+        return [(rec.done_s - rec.first_token_s) / n] * n
+    stop = rec.main_first_s - rec.handoff_gap_s  # RLD's last id
+    on_relay, on_main = rec.relay_tokens - 1, rec.output_tokens - rec.relay_tokens - 1
+    gaps = [(stop - rec.first_token_s) / on_relay] * on_relay if on_relay else []
+    gaps.append(rec.handoff_gap_s)
+    if on_main:
+        gaps += [(rec.done_s - rec.main_first_s) / on_main] * on_main
+    return gaps
 
 
 def figures(records: Sequence[RequestRecord]) -> dict[str, float | None]:

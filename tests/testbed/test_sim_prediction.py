@@ -109,11 +109,18 @@ def _record(**kw) -> RequestRecord:
     return RequestRecord(**{**base, **kw})
 
 
-def test_gaps_hold_the_handoff_once_and_the_rest_evenly():
+def test_gaps_follow_rld_then_the_handoff_then_md():
     plain = _record(first_token_s=2.0, done_s=2.4)
     assert sp.request_gaps(plain) == pytest.approx([0.1] * 4)
-    handed = _record(first_token_s=2.0, done_s=2.7, handoff_gap_s=0.4)
-    assert sp.request_gaps(handed) == pytest.approx([0.4, 0.1, 0.1, 0.1])
+    # 3 ids on RLD (0.2 s apart), 0.4 s of handoff, then MD's 2 ids (0.45 s apart).
+    handed = _record(
+        first_token_s=2.0,
+        done_s=3.25,
+        relay_tokens=3,
+        handoff_gap_s=0.4,
+        main_first_s=2.0 + 0.4 + 0.4,
+    )
+    assert sp.request_gaps(handed) == pytest.approx([0.2, 0.2, 0.4, 0.45])
     assert sp.request_gaps(_record(output_tokens=1, first_token_s=2.0, done_s=2.0)) == []
 
 
