@@ -74,6 +74,7 @@ from sglang_pdd.testbed.workload import (
     ideal_prefix_hit,
     trace_sessions,
 )
+from sglang_pdd.transfer.wan_engine import engine_split, read_engine_bytes
 from sglang_pdd.transfer.wan_link import WanLinkConfig
 
 CONTENDERS = (
@@ -117,6 +118,7 @@ def start_testbed(group: ServerGroup, model: str, link: WanLinkConfig, args) -> 
         datacenter_cpus=cpus,
         incremental_streams=True,
         kv_events=args.main_kv_events,
+        wan_engine=True,
         emulation=args.emulation,
     )
     cluster = start_cluster(group, cfg)
@@ -246,7 +248,7 @@ def run_point(
 ) -> dict:
     """Every contender on the same workload (each after ``warmup_requests`` untimed ones, then
     with every cache flushed); returns summaries and raw results."""
-    runs, summaries, overruns = {}, [], {}
+    runs, summaries, overruns, engines = {}, [], {}, {}
     log_path = tb.cluster.prefill.log_path
     prompt_tokens = max(len(s.turns[0].new_ids) for s in sessions) if sessions else 0
     for name in names:
@@ -260,6 +262,7 @@ def run_point(
         started = time.monotonic()
         total = sum(len(s.turns) for s in sessions)
         before = counters(tb.server_logs)
+        engines_before = read_engine_bytes(tb.cluster.prefill.url)
         with tqdm(total=total, desc=f"{label} {name}", unit="req", leave=False) as bar:
             results = run_workload(
                 dilate_sessions(sessions, tb.dilation),
@@ -274,6 +277,7 @@ def run_point(
         runs[name] = results
         summaries.append(summarize(name, results, wan, dup))
         overruns[name] = counters(tb.server_logs) - before
+        engines[name] = _engine_split(tb, engines_before)
         log(
             f"[{label}] {name}: done in {time.monotonic() - started:.0f}s; "
             f"{overruns[name].describe()}"
@@ -290,7 +294,18 @@ def run_point(
         "runs": runs,
         "identical": same,
         "overruns": overruns,
+        "engines": engines,
     }
+
+
+def _engine_split(tb: Testbed, before: dict):
+    """P's KV bytes by Mooncake engine since ``before`` (``read_engine_bytes``)."""
+    after = read_engine_bytes(tb.cluster.prefill.url)
+    delta = {
+        engine: {peer: n - before.get(engine, {}).get(peer, 0) for peer, n in peers.items()}
+        for engine, peers in after.items()
+    }
+    return engine_split(delta, [DATACENTER_B_HOST])
 
 
 def run_bench_serving(group: ServerGroup, tb: Testbed, model: str, args, workdir: Path) -> dict:
@@ -407,6 +422,12 @@ def build_sessions(args, sessions: int | None = None):
 
 def print_point(point: dict, out=print) -> None:
     out(table(point["summaries"], baseline="cross-dc"))
+    for name, split in point.get("engines", {}).items():
+        out(
+            f"{name}: P's KV by Mooncake engine: WAN engine {split.wan_engine_bytes / 1e6:.2f} MB, "
+            f"local engine {split.local_engine_bytes / 1e6:.2f} MB, misrouted "
+            f"{split.misrouted_bytes} bytes (real bytes of the CPU model)"
+        )
     for name, (eq, n) in point["identical"].items():
         out(
             f"{name}: output identical to same-DC PD (bit-identical to a co-located server) "
@@ -502,6 +523,15 @@ def headline(point: dict, rtt_s: float) -> list[str]:
         )
     if same is not None and point.get("chip_costs"):
         lines.append(_bcr_line(point))
+    if point.get("engines"):
+        misrouted = sum(e.misrouted_bytes for e in point["engines"].values())
+        lines.append(
+            goal(
+                f"every byte to datacenter B left through P's WAN engine, every other byte "
+                f"through its local one: {misrouted} bytes misrouted (goal 0)",
+                misrouted == 0,
+            )
+        )
     total = sum(point.get("overruns", {}).values(), Overruns())
     lines.append(goal(f"instrument: {total.describe()}", total.acceptable))
     return lines
@@ -846,6 +876,7 @@ def _write(points: list[dict], args) -> None:
                 "repeat": p.get("repeat", 0),
                 "identical": p["identical"],
                 "overruns": {n: dataclasses.asdict(o) for n, o in p.get("overruns", {}).items()},
+                "engines": {n: dataclasses.asdict(e) for n, e in p.get("engines", {}).items()},
                 "bench_serving": p.get("bench_serving"),
                 "summaries": [s.as_dict() for s in p["summaries"]],
                 "requests": {n: [_row(r) for r in rs] for n, rs in p["runs"].items()},

@@ -55,6 +55,9 @@ class PddClusterConfig:
     tool_call_parser: str | None = None
     # Emulated accelerators (chip A in datacenter A, chip B in B); None: the CPU as it is.
     emulation: ChipEmulation | None = None
+    # P sends datacenter B's KV through its second Mooncake engine (--pdd-wan-transport tcp)
+    # and exports its bytes per engine on /metrics (--enable-metrics).
+    wan_engine: bool = False
 
     @property
     def proxy_wan(self) -> WanLinkConfig:
@@ -185,6 +188,8 @@ def start_cluster(group: ServerGroup, cfg: PddClusterConfig, timeout: float = 60
     )
     prefill_args = ("--pdd-role", "prefill", "--pdd-wan-hosts", DATACENTER_B_HOST, *wan)
     prefill_args += cfg.chip_args("A")
+    if cfg.wan_engine:
+        prefill_args += ("--pdd-wan-transport", "tcp", "--enable-metrics")
     if cfg.seeded_sampling:
         prefill_args += ("--pdd-seeded-sampling",)
     if cfg.log_transfers:
