@@ -37,11 +37,11 @@ def hook(result, self, *args, **kwargs):
     if state is None:
         return result
     state.park_arrivals(self)
-    parked = state.requests
-    idle_but_parked = parked.parked and self.running_batch.is_empty() and not self.waiting_queue
+    requests = state.requests
+    idle_but_parked = requests.parked and self.running_batch.is_empty() and not self.waiting_queue
     # Not with a handoff ready: its extend batch is this iteration's work, and a wait here
     # would delay every handoff to an idle MD by the wait's 2 ms.
-    if idle_but_parked and not parked.handoff_runnable():  # read next iteration, every rank
+    if idle_but_parked and not requests.handoff_runnable():  # read next iteration, every rank
         state.wait_for_control(timeout_ms=2)
     state.release_finished(self)
     return result

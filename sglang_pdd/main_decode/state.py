@@ -13,10 +13,7 @@ from dataclasses import dataclass
 
 from sglang_pdd.main_decode.control_socket import ControlSocket
 from sglang_pdd.main_decode.parked import Action, Notify, ParkedRequests
-from sglang_pdd.main_decode.watches import (
-    MAX_HELD_HANDOFF_TOKENS_PER_PEER,
-    MAX_WATCHES_PER_PEER,
-)
+from sglang_pdd.main_decode.watches import MAX_HELD_HANDOFF_TOKENS_PER_PEER, MAX_WATCHES_PER_PEER
 from sglang_pdd.request_record import request_record
 from sglang_pdd.wire.messages import ControlMessage, Expire
 
@@ -52,7 +49,7 @@ class MainDecodeState:
         control activity that long is ended (``--pdd-parked-ttl-s``). ``curve``: a
         ``control_auth.CurveServer``, or None for an unauthenticated socket."""
         self.requests = ParkedRequests(ttl_s, max_watches_per_peer, max_held_tokens_per_peer)
-        self.socket = None
+        self.socket: ControlSocket | None = None
         if control_port is not None:
             self.socket = ControlSocket(host, control_port, curve, vocab_size)
         # The extend batch built last iteration and its (req, ids, final) handoffs, merged into
