@@ -47,7 +47,7 @@ from sglang_pdd.policy.planner import (
 from sglang_pdd.sim.chips import InstancePerf
 from sglang_pdd.sim.config import ClusterSpec, SimConfig
 from sglang_pdd.sim.instances import DecodeInstance, PrefillInstance
-from sglang_pdd.sim.link import FairShareLink
+from sglang_pdd.sim.link import FairShareLink, FifoLink, make_link
 from sglang_pdd.sim.workload import Request
 from sglang_pdd.transfer.link_model import LinkModelConfig, LiveLinkModel
 
@@ -94,7 +94,9 @@ class _KvStream:
     crosses ``link`` as the forward ends; ``close`` calls back once the prefill is done and
     every piece has landed."""
 
-    def __init__(self, link: FairShareLink, kv_bytes_per_token: int, start_tokens: int) -> None:
+    def __init__(
+        self, link: FairShareLink | FifoLink, kv_bytes_per_token: int, start_tokens: int
+    ) -> None:
         self.link, self.kv = link, kv_bytes_per_token
         self.start = self.sent = start_tokens
         self.in_flight = 0
@@ -187,13 +189,13 @@ class ClusterSim:
         self.drc: BlockPrefixCache | None = None
         if spec.cross_dc and spec.decode_cache:
             self.drc = self._pooled_cache(spec.decode, d_perf)
-        self.wan = FairShareLink(self.env, spec.wan, rng) if spec.cross_dc else None
+        self.wan = make_link(self.env, spec.wan, rng) if spec.cross_dc else None
         # The policy sees the link as the router does: a LiveLinkModel fed with the transfers
         # started and landed, seeded with the link's nominal rate and RTT.
         self.link_model = LiveLinkModel(LinkModelConfig(spec.wan.bytes_per_s, spec.wan.rtt_s))
         # The intra-DC fabric: every P instance's NICs together, one instance's NICs per flow.
         intra = spec.intra_link(p_perf.rdma_bytes_per_s, spec.prefill.count)
-        self.intra = FairShareLink(self.env, intra, rng)
+        self.intra = make_link(self.env, intra, rng)
         self.records: dict[int, RequestRecord] = {}
         self.requests: dict[int, Request] = {}
         # PDD plans as the router does: at arrival, from its moving averages and from the

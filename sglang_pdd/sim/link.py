@@ -31,6 +31,9 @@ class LinkConfig:
     jitter_s: mean of an exponential extra delay per transfer (queueing, retransmits).
     max_flow_gbps: cap on one transfer's rate (0 = none).
     cost_per_gbps_hour: what a gigabit per second of this path costs per hour.
+    fifo: transfers cross one at a time in the order they were sent, each landing half an RTT
+        after its last byte left, as the testbed's emulated links do
+        (``sglang_pdd.transfer.wan_link``); ``jitter_s`` and ``max_flow_gbps`` are then unused.
     """
 
     bandwidth_gbps: float = 100.0
@@ -38,8 +41,11 @@ class LinkConfig:
     jitter_s: float = 0.02
     max_flow_gbps: float = 0.0
     cost_per_gbps_hour: float = 0.0
+    fifo: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.fifo, bool):
+            raise ValueError(f"link.fifo must be true or false, got {self.fifo!r}")
         for f in ("bandwidth_gbps", "rtt_s", "jitter_s", "max_flow_gbps", "cost_per_gbps_hour"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
@@ -156,3 +162,53 @@ class FairShareLink:
     def utilization(self, duration_s: float) -> float:
         """Average fraction of capacity used over duration_s."""
         return self.bytes_sent / (self._cap * duration_s) if duration_s > 0 else 0.0
+
+
+class FifoLink:
+    """One path that carries transfers one at a time in the order they were sent
+    (``LinkConfig.fifo``); the same interface as ``FairShareLink``."""
+
+    def __init__(self, env: simpy.Environment, config: LinkConfig) -> None:
+        self.env, self.config = env, config
+        self._cap = config.bytes_per_s
+        self._free_at = 0.0  # when the last queued byte leaves
+        self._in_flight = 0
+        self.bytes_sent = 0.0
+        self.busy_s = 0.0
+        self.transfers = 0
+
+    def estimate(self, nbytes: float) -> LinkEstimate:
+        """What a transfer of nbytes started now should expect: every queued byte first."""
+        backlog = max(0.0, self._free_at - self.env.now) * self._cap
+        return LinkEstimate(self._cap, self.config.rtt_s / 2, backlog)
+
+    def send(self, nbytes: float, on_done: Callable[[float], None]) -> None:
+        """Queue a transfer; on_done(now) runs when its last byte arrives."""
+        now = self.env.now
+        self.transfers += 1
+        start = max(now, self._free_at)
+        self._free_at = start + max(nbytes, 0.0) / self._cap
+        self.bytes_sent += max(nbytes, 0.0)
+        self.busy_s += self._free_at - start
+        self._in_flight += 1
+
+        def landed(_e) -> None:
+            self._in_flight -= 1
+            on_done(self.env.now)
+
+        delay = self._free_at + self.config.rtt_s / 2 - now
+        self.env.timeout(delay).callbacks.append(landed)
+
+    @property
+    def active_transfers(self) -> int:
+        """Transfers queued or moving data."""
+        return self._in_flight
+
+    def utilization(self, duration_s: float) -> float:
+        """Average fraction of capacity used over duration_s."""
+        return self.bytes_sent / (self._cap * duration_s) if duration_s > 0 else 0.0
+
+
+def make_link(env: simpy.Environment, config: LinkConfig, rng: random.Random):
+    """The path ``config`` describes: fair-shared, or first in first out."""
+    return FifoLink(env, config) if config.fifo else FairShareLink(env, config, rng)

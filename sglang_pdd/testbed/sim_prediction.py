@@ -121,7 +121,8 @@ def sim_config(scenario: EmulatedScenario) -> SimConfig:
     )
     chip_a, chip_b = resolve_chip(emu.chip_a), resolve_chip(emu.chip_b)
     chips = {"A": dataclasses.replace(chip_a, name="A"), "B": dataclasses.replace(chip_b, name="B")}
-    wan = testbed_wan(scenario.wan_mbps, scenario.wan_delay_ms)
+    # The testbed's emulated WAN carries writes one at a time, in order (its WanLink).
+    wan = dataclasses.replace(testbed_wan(scenario.wan_mbps, scenario.wan_delay_ms), fifo=True)
     a, b = PoolSpec("A", 1, emu.chips), PoolSpec("B", 1, emu.chips)
     # The router measures prompts in testbed tokens: its anomaly filter's threshold is k times
     # as many model tokens.

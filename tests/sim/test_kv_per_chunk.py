@@ -65,3 +65,27 @@ def test_a_cached_prompt_sends_only_what_the_decode_cache_lacks():
 def test_the_flag_is_checked():
     with pytest.raises(ValueError, match="kv_per_chunk"):
         EngineProfile(kv_per_chunk=1)
+
+
+def test_a_fifo_link_carries_transfers_in_order_each_half_an_rtt_after_its_last_byte():
+    import random
+
+    import simpy
+
+    from sglang_pdd.sim.link import FifoLink, make_link
+
+    env = simpy.Environment()
+    cfg = LinkConfig(bandwidth_gbps=0.08, rtt_s=0.02, jitter_s=0.0, fifo=True)
+    link = make_link(env, cfg, random.Random(0))
+    assert isinstance(link, FifoLink)
+    landed = {}
+    link.send(1e6, lambda t: landed.setdefault("a", t))  # 0.1 s at 1e7 B/s
+    env.timeout(0.05).callbacks.append(
+        lambda _e: link.send(1e6, lambda t: landed.setdefault("b", t))
+    )
+    env.run()
+    # The second waits for the first's last byte (0.1 s), then takes its own 0.1 s.
+    assert landed == pytest.approx({"a": 0.1 + 0.01, "b": 0.2 + 0.01})
+    assert link.utilization(0.2) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="fifo"):
+        LinkConfig(fifo=1)

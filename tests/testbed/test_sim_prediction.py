@@ -68,6 +68,7 @@ def test_the_simulator_runs_the_emulated_chips_links_and_topology():
     assert {p.count for c in cfg.contenders for _, p in c.pools()} == {1}
     assert {p.chips for c in cfg.contenders for _, p in c.pools()} == {8}
     assert (cross.wan.bandwidth_gbps, cross.wan.rtt_s, cross.wan.jitter_s) == (10.0, 0.03, 0.0)
+    assert cross.wan.fifo  # the testbed's emulated WAN carries writes in order
     # The router sees testbed tokens: its anomaly threshold is K times as many model tokens.
     assert pdd.pipeline.anomaly_min_input_tokens == 32768 * K
     assert pdd.handoff.mode == "one-shot"
