@@ -407,7 +407,8 @@ def emulated(opts, args: dict, point: dict) -> int:
     print(sp.format_comparison(rows, predicted))
     for s in point["summaries"]:
         if s.get("pipelines"):
-            print(f"{s['name']} measured: pipelines {s['pipelines']}, RLD share {s['relay_share']}")
+            share = 100 * (s.get("relay_share") or 0.0)
+            print(f"{s['name']} measured: pipelines {s['pipelines']}, RLD share {share:.1f}%")
     _write_json(
         opts,
         {
