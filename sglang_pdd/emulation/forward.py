@@ -4,7 +4,8 @@
 ``ScheduleBatch`` by ``shape_of``); ``ForwardPacer`` turns it into seconds on the emulated chip,
 waits out what the real CPU forward left of them, and counts overruns (a real forward slower than
 its emulated duration: the emulated chip would have been faster than this host, so that forward's
-time is the CPU's, not the chip's).
+time is the CPU's, not the chip's). The scheduler's own time before a forward counts toward it,
+up to the step model's per-forward overhead: on the chip that is where scheduling happens.
 """
 
 from __future__ import annotations
@@ -76,6 +77,15 @@ class ForwardPacer:
     stats: PacerStats = field(default_factory=PacerStats)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _cpu_after_last: float | None = None
+    _ended_at: float | None = None  # when the last padded forward ended
+    _began: float = 0.0  # when the current forward really began
+
+    @property
+    def credit_s(self) -> float:
+        """The most scheduler time between forwards a forward's emulated duration absorbs: the
+        step model's per-forward overhead (``EngineProfile.step_overhead_s``: scheduling,
+        launch, sampling), which the real scheduler spends before the forward starts."""
+        return self.config.engine.step_overhead_s * self.config.time_dilation
 
     def duration(self, shape: ForwardShape) -> float:
         """Seconds the emulated chip takes for ``shape`` (time dilation applied)."""
@@ -91,33 +101,41 @@ class ForwardPacer:
         return seconds * self.config.time_dilation
 
     def begin(self) -> float:
-        """Call when a forward starts; returns its start time for ``end``. Charges the
-        scheduler thread's CPU since the last forward ended to the iteration."""
+        """Call when a forward starts; returns the start of its emulated duration for ``end``:
+        now, less the scheduler's time since the last forward ended up to ``credit_s`` (on the
+        chip that time is part of the step). Charges the scheduler thread's CPU since the last
+        forward to the iteration."""
         cpu = self.thread_cpu()
         if self._cpu_after_last is not None:
             with self._lock:
                 self.stats.between_cpu_s += cpu - self._cpu_after_last
                 self.stats.iterations += 1
-        return self.clock()
+        self._began = now = self.clock()
+        if self._ended_at is None:
+            return now
+        return now - min(max(now - self._ended_at, 0.0), self.credit_s)
 
     def end(self, started: float, shape: ForwardShape) -> bool:
-        """Wait until ``started`` plus the emulated duration; True when the real forward
-        already took longer (an overrun). Forwards the chip does not run are not counted."""
+        """Wait until ``started`` plus the emulated duration; True when the real forward (with
+        the credited scheduler time) already took longer: an overrun. Forwards the chip does
+        not run are not counted."""
         target = self.duration(shape)
         if target <= 0:
             self._cpu_after_last = self.thread_cpu()
             return False
-        real = self.clock() - started
-        overrun = real > target
+        now = self.clock()
+        elapsed = now - started
+        overrun = elapsed > target
         if not overrun:
-            self.sleep(target - real)
+            self.sleep(target - elapsed)
         with self._lock:
             s = self.stats
             s.forwards += 1
             s.emulated_s += target
-            s.real_s += real
+            s.real_s += now - self._began
             if overrun:
                 s.overruns += 1
-                s.overrun_s += real - target
+                s.overrun_s += elapsed - target
+        self._ended_at = self.clock()
         self._cpu_after_last = self.thread_cpu()
         return overrun

@@ -119,7 +119,8 @@ def test_overruns_and_cpu_between_forwards_are_counted():
         clock.work(0.001)  # the scheduler's own work before the next forward
     p.begin()
     assert p.stats.forwards == 3 and p.stats.overruns == 1
-    assert p.stats.overrun_s == pytest.approx(target)
+    # the scheduler's 1 ms before the second forward is part of its emulated step
+    assert p.stats.overrun_s == pytest.approx(target + 0.001)
     assert p.stats.iterations == 3
     assert p.stats.between_cpu_s == pytest.approx(0.003)
 
@@ -164,3 +165,24 @@ def test_chip_and_model_files(tmp_path):
 def test_bad_scales_are_refused_naming_the_flag(kw, flag):
     with pytest.raises(ValueError, match=flag):
         _config(**kw)
+
+
+@pytest.mark.parametrize("scheduler_s", [0.0, 0.001, 0.003, 0.02])
+def test_the_schedulers_time_between_forwards_is_part_of_the_step_up_to_its_overhead(
+    scheduler_s,
+):
+    """On the chip, a step's overhead (scheduling, launch, sampling) comes before the forward:
+    the scheduler's real time there counts toward the emulated step, up to that overhead."""
+    clock = FakeClock()
+    p = _pacer(_config(time_dilation=1.0), clock)
+    shape = ForwardShape(decode_batch=2, decode_context=200)
+    target = p.duration(shape)
+    p.end(p.begin(), shape)
+    ended = clock.now
+    clock.work(scheduler_s)  # process_batch_result, streaming, the next batch's scheduling
+    started = p.begin()
+    clock.work(target / 4)  # the real forward
+    assert not p.end(started, shape)
+    credit = min(scheduler_s, p.credit_s)
+    assert p.credit_s == pytest.approx(DEFAULT_ENGINE.step_overhead_s)
+    assert clock.now - ended == pytest.approx(target + scheduler_s - credit)
