@@ -251,8 +251,14 @@ def ttft_cdf_plot(runs: dict[str, list[RequestResult]], path: str, title: str) -
 
 
 # The goals for PDD's ratio to cross-DC PD, by metric, then by the fastest link (Mbit/s)
-# a goal applies to (None: any link): E2E <= 0.9x; P90 TTFT <= 0.5x up to 8 Mbit/s, else 0.7x.
-SWEEP_GOALS = {"e2e_p50": {None: 0.9}, "e2e_p90": {None: 0.9}, "ttft_p90": {8.0: 0.5, 32.0: 0.7}}
+# a goal applies to (None: any link): E2E <= 0.9x; P90 TTFT <= 0.5x up to 8 Mbit/s, 0.7x up
+# to 32 (the CPU-only testbed's links), 0.45x on the emulated chips' faster lines (its default
+# is 10 Gbit/s: the brief's regime).
+SWEEP_GOALS = {
+    "e2e_p50": {None: 0.9},
+    "e2e_p90": {None: 0.9},
+    "ttft_p90": {8.0: 0.5, 32.0: 0.7, 1000.0: 0.45},
+}
 
 
 def goal_for(metric: str, wan_mbps: float) -> float:
