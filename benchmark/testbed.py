@@ -659,7 +659,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--time-dilation",
         type=float,
-        default=2.0,
+        default=3.0,
         help="every emulated duration, link and arrival time x this; reported times / this",
     )
     ap.add_argument(
