@@ -33,8 +33,13 @@ def install(config: EmulationConfig, *, on_decode_server: bool, real_kv_bytes: i
     global _pacer, _metrics
     from sglang_pdd.transfer.ledger import ledger
 
+    if real_kv_bytes <= 0:  # a scale of 1 would pace the links at the CPU model's bytes
+        raise RuntimeError(
+            "--pdd-emulate-chip: this server's KV bytes per token could not be read from its "
+            "KV pool, so its KV cannot be charged at the emulated model's size"
+        )
     _pacer = ForwardPacer(config, on_decode_server=on_decode_server)
-    scale = config.model_kv_bytes(1) / real_kv_bytes if real_kv_bytes > 0 else 1.0
+    scale = config.model_kv_bytes(1) / real_kv_bytes
     local = config.perf.rdma_bytes_per_s / config.time_dilation
     ledger().set_emulation(kv_scale=scale, local_bytes_per_s=local)
     if metrics:
