@@ -523,13 +523,6 @@ def test_fields_the_router_cannot_serve_are_refused(pdd_cluster):
     body = {**_body("input logprobs please", 4), "return_logprob": True, "logprob_start_len": 0}
     resp = requests.post(router + "/generate", json=body, timeout=60)
     assert resp.status_code == 400 and "logprob_start_len" in resp.text
-    chat = {
-        "messages": [{"role": "user", "content": "go on"}],
-        "max_tokens": 4,
-        "continue_final_message": True,
-    }
-    resp = requests.post(router + "/v1/chat/completions", json=chat, timeout=60)
-    assert resp.status_code == 400 and "continue_final_message" in resp.json()["message"]
     # Sampling state MD would not carry across the handoff: refused by name.
     for name, value in (
         ("stop_regex", "[a-z]+"),
