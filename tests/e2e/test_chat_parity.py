@@ -160,7 +160,9 @@ def test_the_handoff_happens_on_an_agent_turn(pdd_cluster, colocated):
     """The cases above cross a handoff on P-RLD-MD (else they would test one instance)."""
     handed = 0
     for case in CASES.values():
-        body = {**case, "max_tokens": 48, "temperature": 0}
+        # long enough that MD is ready (its KV across the 8 Mbit/s link) well before RLD
+        # could finish the answer alone, on a loaded host too
+        body = {**case, "max_tokens": 240, "temperature": 0}
         resp = requests.post(
             pdd_cluster.router_url + "/v1/chat/completions", json=body, timeout=300
         )
