@@ -148,6 +148,10 @@ class MainDecodeState:
         """Tell the router a handoff was refused; the request stays parked until aborted."""
         self.execute(self.requests.refuse(req, reason))
 
+    def note_kv_wait(self, rid: str) -> None:
+        """``rid``'s handoff waits for KV memory (the next extend batch cannot take it yet)."""
+        self.requests.note_kv_wait(rid)
+
     def note_extend_started(self, rid: str) -> None:
         """The extend batch carrying ``rid``'s handoff was built (it runs next)."""
         self.requests.note_extend_started(rid, time.monotonic())
