@@ -59,6 +59,14 @@ class RouterConfig:
     # What the router assumes of the WAN when it estimates MD's readiness for the policy.
     wan_bandwidth_mbps: float = option(100.0, "WAN bandwidth the pipeline policy assumes")
     wan_rtt_ms: float = option(40.0, "WAN RTT the policy assumes")
+    # The policy's WAN bytes per uncached prompt token. The model's config.json describes
+    # plain multi-head and grouped-query caches only; MLA, quantized caches and an emulated
+    # model (the testbed's --pdd-emulate-model) put other sizes on the link.
+    kv_bytes_per_token: int = option(
+        0,
+        "KV bytes one prompt token puts on the WAN, for the pipeline policy's transfer "
+        "estimates (0: from the model's config.json and the servers' KV dtype)",
+    )
     # Block size of the router's mirror of Main-Decode's radix cache.
     cache_block_tokens: int = 16
     cache_capacity_blocks: int = 1 << 16
@@ -293,6 +301,15 @@ class RouterConfig:
             raise ValueError(
                 "--max-prompt-tokens must be an integer >= 0 (0: the prefill servers' bound), "
                 f"got {self.max_prompt_tokens!r}"
+            )
+        if (
+            isinstance(self.kv_bytes_per_token, bool)
+            or not isinstance(self.kv_bytes_per_token, int)
+            or self.kv_bytes_per_token < 0
+        ):
+            raise ValueError(
+                "--kv-bytes-per-token must be an integer >= 0 (0: from the model's config), "
+                f"got {self.kv_bytes_per_token!r}"
             )
         if not self.max_body_mb > 0:
             raise ValueError(f"--max-body-mb must be > 0, got {self.max_body_mb}")

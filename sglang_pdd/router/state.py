@@ -139,7 +139,7 @@ class RouterState:
         )
         self.tokenizer = load_tokenizer(path)
         self.vocab_size = model_vocab_size(self.model_info.get("model_path"), self.tokenizer)
-        self.kv_bytes_per_token = await self._kv_bytes_per_token()
+        self.kv_bytes_per_token = self.config.kv_bytes_per_token or await self._kv_bytes_per_token()
         self._start_background_tasks()
 
     def _open_session(self) -> aiohttp.ClientSession:

@@ -473,6 +473,8 @@ def router_options(cfg: PddClusterConfig) -> dict:
         "instance_check_interval_s": None,
         "prefill_backlog_limit_s": None,
         "prefill_backlog_window_s": None,
+        # The policy weighs transfers in the bytes the links are charged: the emulated model's.
+        "kv_bytes_per_token": cfg.emulation.kv_bytes_per_token() if cfg.emulation else None,
     }
 
 
@@ -516,11 +518,16 @@ def write_topology(
         return {"host": parts.hostname, "port": parts.port, "url": url}
 
     cfg = cluster.config
-    site_a = [{"name": "prefill", "role": "prefill", **where(cluster.prefill.url)}]
+    # Emulated chips: P and each Relay-Decode are instances of their own (chips listed apart,
+    # so the router does not take RLD for a sharer of P's compute). The CPU they share is the
+    # instrument's, counted as overruns. Without emulation they share the same cores.
+    chips = (lambda i: {"chips": [i]}) if cfg.emulation else (lambda i: {})
+    site_a = [{"name": "prefill", "role": "prefill", **where(cluster.prefill.url), **chips(0)}]
     if ledger and cluster.ledger_port is not None:
         site_a[0]["ledger_port"] = cluster.ledger_port
     site_a += [
-        {"name": f"relay-{i}", "role": "relay", **where(url)} for i, url in enumerate(relay_urls)
+        {"name": f"relay-{i}", "role": "relay", **where(url), **chips(i + 1)}
+        for i, url in enumerate(relay_urls)
     ]
     site_b = []
     for i, site in enumerate(mains):

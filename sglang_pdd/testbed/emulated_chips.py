@@ -35,6 +35,11 @@ class ChipEmulation:
             emulate_model=self.model_file,
         ).emulation
 
+    def kv_bytes_per_token(self) -> int:
+        """The emulated model's KV bytes per testbed token (``token_scale`` model tokens): what
+        each testbed token puts on a link, and what the PDD router must estimate with."""
+        return round(self.config("A").model_kv_bytes(1))
+
     def _chip(self, datacenter: str) -> str:
         if datacenter not in ("A", "B"):
             raise ValueError(f"datacenter must be A or B, got {datacenter!r}")

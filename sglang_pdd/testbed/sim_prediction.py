@@ -74,7 +74,7 @@ class EmulatedScenario:
     prefix_block_tokens: testbed tokens per simulated prefix block (SGLang's radix cache on
         the testbed matches per token).
     relay_shares_prefill: the router's ``--relay-shares-prefill``, which the testbed's
-        topology sets (RLD and P on one host, no chips listed).
+        topology leaves off with emulated chips (P and RLD list chips of their own).
     """
 
     emulation: ChipEmulation
@@ -84,7 +84,7 @@ class EmulatedScenario:
     ttft_slo_s: float | None = None
     handoff_mode: str = "one-shot"
     prefix_block_tokens: int = 1
-    relay_shares_prefill: bool = True
+    relay_shares_prefill: bool = False
 
     @classmethod
     def from_args(cls, args: Mapping, wan_mbps: float | None = None) -> EmulatedScenario:

@@ -28,7 +28,8 @@ class TransferLedger:
         self._lock = threading.Lock()
         self.bytes_by_session: dict[str, int] = defaultdict(int)
         # WAN-bound bytes between before_transfer and after_transfer: waiting for the link or
-        # on it. What the routers' shared ledger reports as the WAN's queue (prefill/).
+        # on it, as charged (the emulated model's with an emulated chip). What the routers'
+        # shared ledger reports as the WAN's queue (prefill/), in the routers' own units.
         self._wan_in_hand = 0
         self._link: WanLink | None = None
         self._link_config = None
@@ -65,7 +66,8 @@ class TransferLedger:
 
     def wan_sending_bytes(self) -> int:
         """Bytes of WAN-bound writes (to ``--pdd-wan-hosts``) this process has in hand now:
-        entered ``before_transfer``, not yet through ``after_transfer``."""
+        entered ``before_transfer``, not yet through ``after_transfer``; with an emulated chip,
+        the emulated model's bytes (``kv_scale`` times the real ones)."""
         with self._lock:
             return self._wan_in_hand
 
@@ -76,7 +78,7 @@ class TransferLedger:
         """The write that ``before_transfer`` let through has returned (done or failed)."""
         if self._is_wan(session_id):
             with self._lock:
-                self._wan_in_hand -= nbytes
+                self._wan_in_hand -= round(nbytes * self.kv_scale)
 
     def before_transfer(self, session_id: str, nbytes: int) -> bool:
         """Record ``nbytes`` to ``session_id``; block for the WAN if it is WAN-bound. False:
@@ -90,7 +92,7 @@ class TransferLedger:
             self.model_bytes_by_session[session_id] += charged
             total = self.bytes_by_session[session_id]
             if wan:
-                self._wan_in_hand += nbytes
+                self._wan_in_hand += charged
         try:
             ok, waited = self._pace(cfg, wan, charged)
         except BaseException:

@@ -82,6 +82,7 @@ def test_flags_map_onto_the_config():
         (["--ttft-slo-s", "-1"], "--ttft-slo-s"),
         (["--anomaly-min-input-tokens", "0"], "--anomaly-min-input-tokens"),
         (["--max-prompt-tokens", "-1"], "--max-prompt-tokens"),
+        (["--kv-bytes-per-token", "-1"], "--kv-bytes-per-token"),
     ],
 )
 def test_bad_values_name_the_flag(extra, flag):

@@ -6,6 +6,7 @@ import pytest
 
 from sglang_pdd.router.cli import build_parser
 from sglang_pdd.testbed.cluster import PddClusterConfig, router_flags, router_options
+from sglang_pdd.testbed.emulated_chips import ChipEmulation
 
 
 def _parsed(opts: dict):
@@ -30,8 +31,9 @@ def _dest(key: str) -> str:
             seeded_sampling=True,
             tool_call_parser="qwen25",
         ),
+        PddClusterConfig(model_path="m", emulation=ChipEmulation(token_scale=32)),
     ],
-    ids=["defaults", "switches-on"],
+    ids=["defaults", "switches-on", "emulated"],
 )
 def test_every_option_reaches_the_router_as_given(cfg):
     opts = router_options(cfg)
@@ -52,3 +54,36 @@ def test_the_switches_with_a_default_of_on_and_the_key_pair():
     assert args.tail_on_relay is False
     assert (args.control_curve_secret, args.control_curve_server) == ("s.key_secret", "m.key")
     assert _parsed({"tail_on_relay": True}).tail_on_relay is True
+
+
+def test_an_emulated_testbed_tells_the_router_the_emulated_models_kv_size():
+    emulation = ChipEmulation(token_scale=32)
+    opts = router_options(PddClusterConfig(model_path="m", emulation=emulation))
+    per_token = emulation.config("A").model.kv_bytes_per_token
+    assert opts["kv_bytes_per_token"] == 32 * per_token > 0
+    assert router_options(PddClusterConfig(model_path="m"))["kv_bytes_per_token"] is None
+
+
+@pytest.mark.parametrize("emulated", [False, True])
+def test_rld_shares_ps_compute_on_the_cpu_testbed_and_not_on_emulated_chips(tmp_path, emulated):
+    """Emulated chips make P and RLD instances of their own, as deployed: the topology lists
+    their chips apart and the router does not yield RLD to P's queue."""
+    from types import SimpleNamespace
+
+    from sglang_pdd.testbed.cluster import MainDecodeSite, write_topology
+    from sglang_pdd.topology.router_args import expand_topology
+
+    cfg = PddClusterConfig(model_path="m", emulation=ChipEmulation() if emulated else None)
+    server = SimpleNamespace(url="http://127.0.0.1:31000", port=31000)
+    main = MainDecodeSite(
+        server=server,
+        http_via_wan="http://127.0.0.1:31001",
+        control_via_wan="tcp://127.0.0.1:31002",
+        kv_events_via_wan=None,
+    )
+    cluster = SimpleNamespace(config=cfg, prefill=server, ledger_port=None)
+    path = write_topology(
+        tmp_path / "t.yaml", cluster, ["http://127.0.0.1:31003"], [main], port=31004
+    )
+    argv = expand_topology(["--topology", str(path)], environ={})
+    assert ("--relay-shares-prefill" in argv) is not emulated

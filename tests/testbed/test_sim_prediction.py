@@ -72,9 +72,10 @@ def test_the_simulator_runs_the_emulated_chips_links_and_topology():
     # The router sees testbed tokens: its anomaly threshold is K times as many model tokens.
     assert pdd.pipeline.anomaly_min_input_tokens == 32768 * K
     assert pdd.handoff.mode == "one-shot"
-    # The router's claims, and its yielding to P's queue (the testbed's topology puts RLD on
-    # P's host), whose limit it reads on the dilated clock.
-    assert pdd.transfer_claims and pdd.pipeline.relay_shares_prefill
+    # The router's claims; with emulated chips RLD has chips of its own (the testbed's
+    # topology lists them apart), so the router does not yield it to P's queue, whose limit
+    # it would read on the dilated clock.
+    assert pdd.transfer_claims and not pdd.pipeline.relay_shares_prefill
     assert pdd.pipeline.prefill_backlog_limit_s == pytest.approx(0.5 / 2.0)
 
 

@@ -103,3 +103,14 @@ def test_concurrent_writes_add_up_and_a_dropped_link_holds_nothing(fresh_ledger,
     )
     assert _write(WAN, [4096]) == -1
     assert fresh_ledger.wan_sending_bytes() == 0
+
+
+def test_with_an_emulated_chip_the_wan_bytes_in_hand_are_the_emulated_models(fresh_ledger):
+    """The routers weigh transfers in the emulated model's bytes (``--kv-bytes-per-token``):
+    P's word on its WAN queue is in the same units, and leaves nothing behind."""
+    fresh_ledger.set_emulation(kv_scale=3200.0, local_bytes_per_s=1e9)
+    seen = []
+    assert _write(WAN, [100, 28], lambda: seen.append(fresh_ledger.wan_sending_bytes())) == 0
+    assert _write(LOCAL, [100], lambda: seen.append(fresh_ledger.wan_sending_bytes())) == 0
+    assert seen == [128 * 3200, 0]
+    assert fresh_ledger.wan_sending_bytes() == 0
