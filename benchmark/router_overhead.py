@@ -238,12 +238,12 @@ TCP_RELAY = "tcp relay"
 def _start_bare_relay(
     group: ServerGroup, upstream: str, parse: bool = False, incremental: bool = True
 ) -> ServerProcess:
-    """``sse_floor.relay`` in a process of its own (the group stops it), in front of MD's
+    """``relays.relay`` in a process of its own (the group stops it), in front of MD's
     ``/generate``; ``parse``: the relay that decodes each chunk for its ids."""
     port = free_port()
     code = (
         f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-        f"from sse_floor import relay; relay({port}, {upstream + '/generate'!r}, "
+        f"from relays import relay; relay({port}, {upstream + '/generate'!r}, "
         f"parse={parse}, incremental={incremental})"
     )
     name = (PARSING_RELAY if parse else BARE_RELAY).replace(" ", "-")
@@ -253,12 +253,12 @@ def _start_bare_relay(
 
 
 def _start_tcp_relay(group: ServerGroup, upstream: str) -> ServerProcess:
-    """``sse_floor.tcp_relay`` in a process of its own, piping bytes to ``upstream``'s port."""
+    """``relays.tcp_relay`` in a process of its own, piping bytes to ``upstream``'s port."""
     port = free_port()
     where = urllib.parse.urlsplit(upstream)
     code = (
         f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-        f"from sse_floor import tcp_relay; tcp_relay({port}, {where.hostname!r}, {where.port})"
+        f"from relays import tcp_relay; tcp_relay({port}, {where.hostname!r}, {where.port})"
     )
     server = group.launch_command(TCP_RELAY.replace(" ", "-"), [sys.executable, "-c", code], port)
     group.wait_ready(server, timeout=60, path=None)
@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--bare-relay",
         action="store_true",
-        help="also measure a bare aiohttp relay in front of MD (benchmark/sse_floor.py's "
+        help="also measure a bare aiohttp relay in front of MD (benchmark/relays.py's "
         "relay: reads and writes each chunk, nothing else), the floor under the router's CPU "
         "per token on the same host and load",
     )
@@ -379,13 +379,13 @@ def main(argv: list[str] | None = None) -> int:
         "--parsing-relay",
         action="store_true",
         help="also measure a relay that decodes each chunk's JSON for its ids and writes a "
-        "chunk of its own per read (benchmark/sse_floor.py's relay with parse=True): the least "
+        "chunk of its own per read (benchmark/relays.py's relay with parse=True): the least "
         "any router that hands requests off does per chunk, nothing else",
     )
     ap.add_argument(
         "--tcp-relay",
         action="store_true",
-        help="also measure a TCP relay in front of MD (benchmark/sse_floor.py's tcp_relay: "
+        help="also measure a TCP relay in front of MD (benchmark/relays.py's tcp_relay: "
         "bytes piped on uvloop's protocols, no HTTP at all): the floor under any relay "
         "process on this stack",
     )

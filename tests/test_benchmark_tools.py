@@ -24,20 +24,6 @@ def _script(name: str):
     return module
 
 
-def test_router_layers_runs_every_chunk_through_every_layer(tiny_model):
-    """``router_layers.py`` drives the router's own classes with fakes around them: each layer
-    passes every stream's chunks (``measure`` raises on a chunk lost or added, or a request
-    left listed) and gives a figure."""
-    from transformers import AutoTokenizer
-
-    layers = _script("router_layers")
-    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
-    for ids in ("text", "random"):
-        per_layer = layers.measure(tokenizer, streams=4, chunks=32, repeats=1, ids=ids)
-        assert list(per_layer) == list(layers.LAYERS)
-        assert all(value > 0 for value in per_layer.values())
-
-
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(st.integers(0, 50_000), min_size=1, max_size=12),
@@ -47,18 +33,18 @@ def test_router_layers_runs_every_chunk_through_every_layer(tiny_model):
 def test_the_parsing_relay_forwards_every_id_once_however_reads_split_the_stream(
     ids, cuts, incremental
 ):
-    """``sse_floor``'s parsing relay (``router_overhead.py --parsing-relay``) writes each id
+    """``relays``' parsing relay (``router_overhead.py --parsing-relay``) writes each id
     once and ends with ``[DONE]`` whatever bytes each read of the server's stream holds."""
     import orjson
 
-    floor = _script("sse_floor")
+    relays = _script("relays")
     events = []
     for i in range(len(ids)):
         chunk_ids = [ids[i]] if incremental else ids[: i + 1]
         meta = {"finish_reason": None, "prompt_tokens": 3}
         events.append({"text": "t", "output_ids": chunk_ids, "meta_info": meta})
     stream = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events) + b"data: [DONE]\n\n"
-    relay = floor._ParsedChunks(incremental)
+    relay = relays.ParsedChunks(incremental)
     written = b""
     start = 0
     for cut in cuts * (len(stream) // sum(cuts) + 1):
@@ -77,7 +63,7 @@ def test_the_parsing_relay_forwards_every_id_once_however_reads_split_the_stream
 
 
 def test_the_tcp_relay_pipes_every_byte_both_ways_and_closes_with_its_upstream():
-    """``sse_floor.tcp_relay`` (``router_overhead.py --tcp-relay``): what the client sends
+    """``relays.tcp_relay`` (``router_overhead.py --tcp-relay``): what the client sends
     reaches the upstream whole, the upstream's answer (large enough to fill the socket buffers,
     so that flow control runs) reaches the client whole, and the upstream closing closes the
     client's connection."""
@@ -106,7 +92,7 @@ def test_the_tcp_relay_pipes_every_byte_both_ways_and_closes_with_its_upstream()
     threading.Thread(target=serve_once, daemon=True).start()
     port = free_port()
     code = (
-        f"import sys; sys.path.insert(0, {str(BENCHMARK)!r}); from sse_floor import tcp_relay; "
+        f"import sys; sys.path.insert(0, {str(BENCHMARK)!r}); from relays import tcp_relay; "
         f"tcp_relay({port}, '127.0.0.1', {upstream.getsockname()[1]})"
     )
     relay = subprocess.Popen([sys.executable, "-c", code])  # as router_overhead.py starts it

@@ -275,7 +275,7 @@ def server_env(spec: ServerSpec, mooncake_port: int) -> dict[str, str]:
         # Unpinned, the server shares every core with the host's other servers: torch's
         # threads, one per core, spin at each op's barrier while the others' need the cores.
         # One thread each does the same work on less CPU, which a host running many servers
-        # lacks (benchmark/cpu_threads.py, four requests at once on one server, 2 cores: 0.73x
+        # lacks (docs/cpu.md: four requests at once on one server, 2 cores: 0.73x
         # the CPU, 1.39x the wall time on an otherwise idle host); ``spec.env`` may say
         # otherwise.
         env["OMP_NUM_THREADS"] = dict(spec.env).get("OMP_NUM_THREADS", "1")
