@@ -92,11 +92,11 @@ _PENALTIES = "main_decode/penalties.py"
 _INIT = "patches/scheduler_init.py"
 _TWIN = "patches/prefill_twin_hold.py"
 _SEEDED = "patches/seeded_sampling.py"
-_LOGPROBS = "router/openai_logprobs.py"
+_LOGPROBS = "router/api/openai_logprobs.py"
 _VIEW = "cache/kv_event_view.py"
 
 _OAI = "sglang.srt.entrypoints.openai.protocol"
-_CHAT = "router/openai_chat.py"
+_CHAT = "router/api/openai_chat.py"
 _SERVING_CHAT = "sglang.srt.entrypoints.openai.serving_chat"
 _TM = "sglang.srt.managers.tokenizer_manager"
 _RUNTIME = "sglang.srt.runtime_context"
@@ -366,7 +366,7 @@ SURFACE: tuple[Use, ...] = (
         *("transfer_queues", "transfer_infos"),
     ),
     # -- KV cache events (the router decodes them as maps keyed by these field names) -------
-    *_attrs(_EVENTS, "EventBatch", "router/kv_events.py", "ts", "events"),
+    *_attrs(_EVENTS, "EventBatch", "router/instances/kv_events.py", "ts", "events"),
     *_attrs(
         _EVENTS,
         "BlockStored",

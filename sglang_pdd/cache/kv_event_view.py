@@ -7,8 +7,8 @@ instance really holds, instead of its own guess of what it sent there: a prompt 
 on Main-Decode only once Main-Decode inserted its KV (which happens after the KV landed).
 
 This module is pure: it applies decoded events (dicts with a ``type`` key, as msgspec decodes
-SGLang's tagged structs) and answers prefix matches. ``sglang_pdd.router.kv_events`` feeds it
-from the ZeroMQ stream.
+SGLang's tagged structs) and answers prefix matches. ``sglang_pdd.router.instances.kv_events``
+feeds it from the ZeroMQ stream.
 """
 
 from __future__ import annotations

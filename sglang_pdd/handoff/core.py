@@ -1,8 +1,8 @@
 """``HandoffCore``: all of one relayed request's handoff state, as a pure state machine.
 
-The router's loop (``router/relayed.py``) feeds it what it reads (``signals``' inputs and MD's
-``wire.messages`` events) and executes the actions it returns; it keeps no handoff state of its
-own. The rules, each enforced here:
+The router's loop (``router/pipeline/relayed.py``) feeds it what it reads (``signals``' inputs
+and MD's ``wire.messages`` events) and executes the actions it returns; it keeps no handoff
+state of its own. The rules, each enforced here:
 
 * RLD's ids go to the client as they come. How the client moves to MD's ids is the switch:
 

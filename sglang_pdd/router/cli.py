@@ -7,8 +7,8 @@ import logging
 
 from sglang_pdd.options import add_options, flags, options_from_args
 from sglang_pdd.policy import HandoffPolicyConfig, PipelinePolicyConfig
-from sglang_pdd.router.breaker import BreakerConfig
 from sglang_pdd.router.config import MainEndpoint, RouterConfig
+from sglang_pdd.router.instances.breaker import BreakerConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,7 +97,7 @@ def main(argv: list[str]) -> int:
     """Entry point of ``sglang-pdd router``."""
     from aiohttp import web
 
-    from sglang_pdd.router.app import build_app
+    from sglang_pdd.router.api.app import build_app
     from sglang_pdd.router.state import RouterState
     from sglang_pdd.topology.router_args import expand_topology
 

@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 
 from sglang_pdd.options import option
 from sglang_pdd.policy import HANDOFF_RETRY_S, HandoffPolicyConfig, PipelinePolicyConfig
-from sglang_pdd.router.breaker import BreakerConfig
+from sglang_pdd.router.instances.breaker import BreakerConfig
 
 # The tool-call and reasoning parsers SGLang 0.5.23 ships (FunctionCallParser.ToolCallParserEnum,
 # ReasoningParser.DetectorMap; tests/test_sglang_surface.py fails when SGLang's lists change):
 # --tool-call-parser, --reasoning-parser. The router parses chat answers with SGLang's own
-# serving code and parser classes (router/openai_chat.py); what a parser needs that the router
+# serving code and parser classes (router/api/openai_chat.py); what a parser needs that the router
 # does not carry to the instances is refused per request with a 400 naming it.
 TOOL_CALL_PARSERS = (
     "apertus2509", "beam", "cohere_command4", "deepseekv3", "deepseekv31", "deepseekv32",
@@ -138,7 +138,7 @@ class RouterConfig:
         "graceful shutdown after SIGTERM, or paused) is drained: its requests move elsewhere "
         "and it gets no new ones until /ready answers 200 again (0: never ask)",
     )
-    # Greedy requests only (router/migration.py).
+    # Greedy requests only (router/pipeline/migration.py).
     migration_limit: int = option(
         2,
         "times one greedy request may continue on other instances, from its prompt plus "
@@ -190,7 +190,8 @@ class RouterConfig:
         "/generate streams send only the new output ids and text in each chunk, as "
         "SGLang's flag of the same name (default: cumulative, as SGLang's default)",
     )
-    # The router answers chats with SGLang's own serving code and parsers (router/openai_chat.py).
+    # The router answers chats with SGLang's own serving code and parsers
+    # (router/api/openai_chat.py).
     tool_call_parser: str | None = option(
         None,
         "parse OpenAI tool calls from chat answers with this SGLang parser (SGLang's flag of the "
@@ -210,7 +211,8 @@ class RouterConfig:
         "every instance runs with --pdd-seeded-sampling: accept sampling_seed (OpenAI "
         "seed) with temperature > 0 (refused otherwise: each instance would draw differently)",
     )
-    # router/ledger_client.py: with it, routers sharing one cluster never send a prefix twice.
+    # router/instances/ledger_client.py: with it, routers sharing one cluster never send a prefix
+    # twice.
     transfer_ledger: str = option(
         "",
         "a Prefill's transfer ledger (tcp://HOST:PORT, that Prefill's --pdd-ledger-port): "

@@ -15,7 +15,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from sglang_pdd.router.breaker import STATE_VALUES
+from sglang_pdd.router.instances.breaker import STATE_VALUES
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 20, 30)
 _GAP_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5)
@@ -81,7 +81,7 @@ class _InstanceCollector:
 
     def __init__(self, roles: dict[str, str], health) -> None:
         self._roles = roles  # url -> "prefill" | "relay" | "main"
-        self._health = health  # router/health.py's InstanceHealth
+        self._health = health  # router/instances/health.py's InstanceHealth
 
     def collect(self):
         up = GaugeMetricFamily(
@@ -106,7 +106,7 @@ class _LedgerCollector:
     samples without ``--transfer-ledger``)."""
 
     def __init__(self, ledger) -> None:
-        self._ledger = ledger  # router/ledger_client.py's LedgerClient, or None
+        self._ledger = ledger  # router/instances/ledger_client.py's LedgerClient, or None
 
     def collect(self):
         claims = CounterMetricFamily(

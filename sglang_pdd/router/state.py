@@ -24,17 +24,17 @@ from sglang_pdd.policy.planner import (
     PrefillCandidate,
     RelayCandidate,
 )
-from sglang_pdd.router.auth import upstream_headers
+from sglang_pdd.router.api.auth import upstream_headers
+from sglang_pdd.router.api.request_model import RequestLimits
 from sglang_pdd.router.config import MainEndpoint, RouterConfig
-from sglang_pdd.router.health import InstanceHealth
-from sglang_pdd.router.instance_loads import PrefillBacklog, decode_busy_fraction
-from sglang_pdd.router.ledger_client import LedgerClient
-from sglang_pdd.router.main_control import MainControlClient
-from sglang_pdd.router.main_site import MainSite
+from sglang_pdd.router.instances.health import InstanceHealth
+from sglang_pdd.router.instances.ledger_client import LedgerClient
+from sglang_pdd.router.instances.loads import PrefillBacklog, decode_busy_fraction
+from sglang_pdd.router.instances.main_control import MainControlClient
+from sglang_pdd.router.instances.main_site import MainSite
+from sglang_pdd.router.instances.transfers import DEFERRED, MainTransfer
 from sglang_pdd.router.model_files import load_tokenizer, model_config, model_vocab_size
-from sglang_pdd.router.request_model import RequestLimits
-from sglang_pdd.router.supervised import supervise
-from sglang_pdd.router.transfers import DEFERRED, MainTransfer
+from sglang_pdd.router.upstream.supervised import supervise
 from sglang_pdd.transfer.link_model import LinkModelConfig
 
 logger = logging.getLogger("sglang_pdd.router")

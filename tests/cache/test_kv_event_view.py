@@ -3,7 +3,7 @@
 import msgspec
 
 from sglang_pdd.cache.kv_event_view import KvEventCacheView
-from sglang_pdd.router.kv_events import decode_batch
+from sglang_pdd.router.instances.kv_events import decode_batch
 
 
 def stored(hashes, parent, tokens, size=1):

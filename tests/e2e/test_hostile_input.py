@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sglang_pdd.testbed.client import generate, wait_router_settled
-from tests.router.test_request_model import json_value
+from tests.router.api.test_request_model import json_value
 
 pytestmark = pytest.mark.servers
 

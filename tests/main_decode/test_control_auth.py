@@ -13,7 +13,7 @@ from sglang_pdd.config import PddServerConfig
 from sglang_pdd.main_decode.control_auth import CurveClient, CurveServer, write_keys
 from sglang_pdd.main_decode.state import MainDecodeState
 from sglang_pdd.router.config import RouterConfig
-from sglang_pdd.router.main_control import MainControlClient
+from sglang_pdd.router.instances.main_control import MainControlClient
 from sglang_pdd.testbed.ports import free_port
 from sglang_pdd.wire.messages import Extended, Watch
 

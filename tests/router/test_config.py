@@ -8,9 +8,9 @@ import pytest
 
 from sglang_pdd.options import field_default, flags
 from sglang_pdd.policy import HandoffPolicyConfig, PipelinePolicyConfig
-from sglang_pdd.router.breaker import BreakerConfig
 from sglang_pdd.router.cli import build_parser, config_from_args
 from sglang_pdd.router.config import MainEndpoint, RouterConfig
+from sglang_pdd.router.instances.breaker import BreakerConfig
 
 BASE = [
     "--prefill",

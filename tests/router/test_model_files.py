@@ -107,7 +107,7 @@ def test_loading_the_tiny_models_tokenizer_imports_no_torch(tiny_model):
         f"t = load_tokenizer({str(tiny_model)!r})\n"
         f"model_vocab_size({str(tiny_model)!r}, t)\n"
         f"model_config({str(tiny_model)!r})\n"
-        "import sglang_pdd.router.app, sglang_pdd.router.cli\n"
+        "import sglang_pdd.router.api.app, sglang_pdd.router.cli\n"
         "print('torch' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -69,7 +69,7 @@ def test_decision_reason_names_the_estimates(state):
 
 def test_md_reports_stand_in_until_its_kv_events_arrive():
     async def run():
-        from sglang_pdd.router.main_site import MainSite
+        from sglang_pdd.router.instances.main_site import MainSite
         from sglang_pdd.transfer.link_model import LinkModelConfig
         from sglang_pdd.wire.messages import Ready
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_pdd.router.record import PddRecord
+from sglang_pdd.router.pipeline.record import PddRecord
 from sglang_pdd.testbed.replay import RequestResult
 from sglang_pdd.testbed.report import (
     contender_order,

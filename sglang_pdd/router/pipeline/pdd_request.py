@@ -1,0 +1,454 @@
+"""``PddRequestRun``: one request through P-MD, P-RLD-MD or P-RLD, as a stream of token deltas.
+
+P-MD and P-RLD are here; P-RLD-MD (One-Shot or Catch-Up) is ``relayed.RelayedPipeline``. No
+token is sent twice: the router forwards Relay-Decode's tokens only up to the final handoff, and
+Main-Decode's only past it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+
+from sglang_pdd.cache.prefix_blocks import block_hashes
+from sglang_pdd.policy import PIPELINE_P_MD, PIPELINE_P_RLD
+from sglang_pdd.policy.planner import PACE_MIN_GAPS
+from sglang_pdd.router.instances.transfers import DEFERRED
+from sglang_pdd.router.pipeline.record import Finished, PddRecord, TokenDelta, token_logprobs
+from sglang_pdd.router.pipeline.relayed import RelayedPipeline, take_ready_event
+from sglang_pdd.router.upstream.calls import UpstreamError, abort, post_json, stream_sse
+from sglang_pdd.router.upstream.chunk_queue import END as _END
+from sglang_pdd.router.upstream.chunk_queue import InlineStream, PumpedStream
+from sglang_pdd.router.upstream.chunk_queue import pump as _pump
+from sglang_pdd.wire.messages import Ready
+from sglang_pdd.wire.rids import SubRids
+
+logger = logging.getLogger("sglang_pdd.router")
+# How long a request waits for a transfer of its prefix already on MD's link before sending
+# its own (a transfer that never lands must not hold every later request of its prefix).
+DEPENDENCY_TIMEOUT_S = 60
+
+
+class _Gaps:
+    """Mean and largest gap between a source's chunks as the router forwarded them."""
+
+    def __init__(self) -> None:
+        self.last: float | None = None
+        self.total = 0.0
+        self.count = 0
+        self.largest = 0.0
+
+    def note(self, now: float) -> None:
+        if self.last is not None:
+            gap = now - self.last
+            self.total += gap
+            self.count += 1
+            self.largest = max(self.largest, gap)
+        self.last = now
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+
+class PddRequestRun(RelayedPipeline):
+    """Drive one request; iterate ``events()`` for ``TokenDelta``s and a final ``Finished``."""
+
+    def __init__(self, router, body: dict, rid: str, decision, instances, main_plan=None) -> None:
+        self.router = router
+        self.body = body  # /generate body with input_ids and sampling_params
+        self.rid = rid  # the client's (a label, in logs and GET /pdd/requests)
+        self.ids = SubRids.fresh()  # this run's rids on each instance
+        self.decision = decision
+        self.prefill_url, self.relay_url, self.main = instances
+        self.site = router.site(self.main)
+        self.main_plan = main_plan  # how the KV reaches MD (None: P-RLD)
+        self.record = PddRecord(
+            pipeline=decision.pipeline,
+            reason=decision.reason,
+            rule=decision.rule,
+            instance_rid=self.ids.rid,
+            main=self.main.url,
+            est_main_ready_s=decision.est_main_ready_s
+            if decision.est_main_ready_s != float("inf")
+            else None,
+        )
+        self.t0 = time.monotonic()
+        self._tasks: list[asyncio.Task] = []
+        self.prompt_tokens = len(body["input_ids"])
+        self._released = False  # finished on RLD; MD still receives (and caches) the KV
+        self._transfer = None  # this request's registered transfer to MD
+        self._last_relay_s = 0.0
+        self._gap_from: float | None = None  # when the last id before a final handoff went
+        self._itl = {"relay": _Gaps(), "main": _Gaps()}  # chunk gaps per source
+        self._core = None  # P-RLD-MD: the request's HandoffCore
+        # instance URL -> this run's streams from it (queues pumped by a task, inline streams)
+        self._streams: dict[str, list[PumpedStream | InlineStream]] = {}
+        self.site.active += 1
+        router.prefill_active[self.prefill_url] += 1
+        self._counted = True
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _since(self) -> float:
+        return time.monotonic() - self.t0
+
+    def _sub_body(self, rid: str, room: int) -> dict:
+        prefill = self.router.bootstrap[self.prefill_url]
+        return {
+            **self.body,
+            "rid": rid,
+            "bootstrap_host": prefill[0],
+            "bootstrap_port": prefill[1],
+            "bootstrap_room": room,
+        }
+
+    def _prefill(self, rid: str, room: int):
+        """P's sub-request ``rid`` (a coroutine answering when P has sent the KV)."""
+        return post_json(
+            self.router.session, f"{self.prefill_url}/generate", self._sub_body(rid, room)
+        )
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        task.add_done_callback(self._note_failure)
+        self._tasks.append(task)
+        return task
+
+    def _note_failure(self, task: asyncio.Task) -> None:
+        """Log a sub-request task's failure once, whether or not the request still awaits it
+        (a room-2 prefill whose request finished on RLD is never awaited)."""
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            logger.info(
+                "sglang-pdd router: %s: sub-request ended with %s: %s",
+                self.rid,
+                type(exc).__name__,
+                exc,
+            )
+
+    def _stream_into_queue(self, url: str, body: dict, parked: bool = False) -> PumpedStream:
+        """Stream ``url``'s answer to ``body`` into a queue (a task of its own copies it), for
+        a stream waited on together with others. ``parked``: a relayed MD stream, silent until
+        the final handoff, when its idle limit starts."""
+        queue = PumpedStream()
+        self._streams.setdefault(url, []).append(queue)
+        limit = self.router.config.upstream_idle_timeout_s
+        # A parked MD stream is silent by design until the final handoff, or until the release
+        # of a request that finished on RLD (MD then ends it once its KV has landed).
+        idle = (lambda: limit if self._main_answer_due() else None) if parked else (lambda: limit)
+        queue.task = self._spawn(_pump(self._upstream(url, body), queue, url, idle))
+        return queue
+
+    def _stream_inline(self, url: str, body: dict) -> InlineStream:
+        """Stream ``url``'s answer to ``body``, read by the task that consumes it (a stream one
+        task reads from start to end)."""
+        # Read only when its consumer asks for the next chunk: the chunks may share the
+        # reader's id list rather than copy it each time (stream_sse's ``shared_ids``).
+        upstream = self._upstream(url, body, shared_ids=True)
+        stream = InlineStream(upstream, url, self.router.config.upstream_idle_timeout_s)
+        self._streams.setdefault(url, []).append(stream)
+        return stream
+
+    def _upstream(self, url: str, body: dict, shared_ids: bool = False):
+        incremental = self.router.incremental_streams.get(url, False)
+        return stream_sse(self.router.session, f"{url}/generate", body, incremental, shared_ids)
+
+    def _main_answer_due(self) -> bool:
+        """A parked MD stream owes tokens: the final handoff was sent (or taken), or the
+        request finished on RLD and MD ends it once its KV has landed."""
+        return self._released or (self._core is not None and self._core.main_answer_due)
+
+    def _detach(self, *tasks: asyncio.Task) -> None:
+        """Let ``tasks`` run to their end after this request is answered (not cancelled)."""
+        for task in tasks:
+            if task in self._tasks:
+                self._tasks.remove(task)
+            self.router.keep_in_background(task)
+
+    def _delta(self, token_ids: list[int], source: str, meta: dict) -> TokenDelta:
+        now = self._since()
+        rec = self.record
+        if rec.first_token_s is None and token_ids:
+            rec.first_token_s = now
+        if self._gap_from is not None:  # the first id after a final handoff was sent
+            rec.handoff_gaps_s.append(now - self._gap_from)
+            self._gap_from = None
+        self._itl[source].note(now)
+        if source == "relay":
+            rec.relay_tokens += len(token_ids)
+            self._last_relay_s = rec.relay_last_s = now
+        else:
+            if rec.main_tokens == 0:
+                rec.main_first_s = now
+                if rec.relay_tokens:
+                    rec.handoff_stall_s = now - self._last_relay_s
+                    if rec.handoff_s is not None:
+                        rec.handoff_to_main_s = now - rec.handoff_s
+                        # What a handoff takes before MD answers (an RTT, the extend, one
+                        # step): overlapped, until MD's first chunk (the client may have
+                        # switched later); this also sets how long an overlap may wait.
+                        cost = rec.handoff_to_main_s
+                        if rec.handoff_switch == "overlap" and rec.main_answer_s is not None:
+                            cost = rec.main_answer_s - rec.handoff_s
+                        self.router.note_handoff_gap(cost)
+            rec.main_tokens += len(token_ids)
+        rec.e2e_s = now
+        if not self.body.get("return_logprob"):
+            return TokenDelta(token_ids, source)
+        return TokenDelta(token_ids, source, *token_logprobs(meta, len(token_ids)))
+
+    def evict(self, error: UpstreamError) -> bool:
+        """End this run's streams from ``error.instance`` with ``error`` (it is draining); True
+        when the run had one. A parked MD stream is left alone: the handoff loop sees the
+        instance draining and lets Relay-Decode finish the request."""
+        streams = self._streams.get(error.instance, [])
+        for stream in streams:
+            stream.fail(error)
+        return bool(streams)
+
+    def sub_rids(self) -> dict[str, list[str]]:
+        """Each instance's rids for this request (SGLang aborts by exact rid only)."""
+        rids = {self.prefill_url: self.ids.on_prefill(), self.main.url: self.ids.on_main()}
+        if self.relay_url:
+            rids[self.relay_url] = [self.ids.relay]
+        return rids
+
+    def served_by(self) -> list[str]:
+        """The instances that did their part of this (finished) request: P, and each decoding
+        instance that streamed ids (what closes a half-open breaker)."""
+        urls = [self.prefill_url]
+        if self.relay_url and self.record.relay_tokens:
+            urls.append(self.relay_url)
+        if self.record.main_tokens:
+            urls.append(self.main.url)
+        return urls
+
+    async def abort_everywhere(self) -> None:
+        """Abort this request's sub-requests on every instance, each by its exact rid."""
+        pairs = [(url, rid) for url, rids in self.sub_rids().items() for rid in rids]
+        await asyncio.gather(*(abort(self.router.session, url, rid) for url, rid in pairs))
+
+    def _relay_itl(self) -> float | None:
+        """RLD's seconds per id for this request so far (None before its second id)."""
+        rec = self.record
+        if rec.relay_tokens < 2 or rec.relay_last_s is None or rec.first_token_s is None:
+            return None
+        return (rec.relay_last_s - rec.first_token_s) / (rec.relay_tokens - 1)
+
+    def _finished(self, finish_reason: dict | None) -> Finished:
+        """The request's end, with its record's streaming figures filled in."""
+        rec = self.record
+        rec.relay_itl_s = self._itl["relay"].mean
+        rec.main_itl_s = self._itl["main"].mean
+        rec.main_itl_max_s = self._itl["main"].largest if self._itl["main"].count else None
+        if rec.main_itl_s is not None and self._itl["main"].count >= PACE_MIN_GAPS:
+            self.router.note_main_itl(self.main.url, rec.main_itl_s)
+        if rec.relay_itl_s is not None and self._itl["relay"].count >= PACE_MIN_GAPS:
+            self.router.note_relay_itl(rec.relay_itl_s)
+        return Finished(finish_reason, self.prompt_tokens, rec)
+
+    def _prefill_done(self, task: asyncio.Task | None = None) -> None:
+        if task is not None and self.record.prefill_s is None:
+            self.record.prefill_s = self._since()
+        if self._counted:
+            self._counted = False
+            self.router.prefill_active[self.prefill_url] -= 1
+
+    def _main_prefill_done(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is None:
+            self.record.main_prefill_s = self._since()
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for streams in self._streams.values():
+            for stream in streams:
+                with contextlib.suppress(Exception):  # a broken stream is closed anyway
+                    await stream.aclose()
+        self._prefill_done()
+        self.site.active -= 1
+        if self._transfer is not None and not self._released:
+            self.site.transfers.drop(self._transfer)  # never landed: nothing to wait for
+        if not self._released:  # else the background task reading MD's late events forgets it
+            self.router.control_for(self.main).forget(self.ids.relayed)
+        self.router.control_for(self.main).forget(self.ids.main)
+
+    # -- the transfer to Main-Decode ----------------------------------------------------------
+    def _try_claim(self, main_rid: str, *, learn: bool):
+        """Register this request's transfer to MD unless a transfer carrying part of its prompt
+        is on the link: ``(transfer, None)`` or ``(None, what to wait for)``. Synchronous, so
+        no other request can slip in between the check and the registration."""
+        ids = self.body["input_ids"]
+        mp = self.router.main_plan(self.site, ids, self._hashes())
+        dep = mp.dependency
+        if dep is not None and mp.carries_dependency and dep.state == DEFERRED:
+            self.site.transfers.drop(dep)  # this request's KV carries the warm's prompt too
+            self.record.reason += f"; carries the deferred warm of {dep.rid}"
+            dep = None
+        if dep is not None:
+            return None, dep
+        return self._start_transfer(main_rid, warming=self._released, learn=learn), None
+
+    async def _claim(self, main_rid: str, *, learn: bool):
+        """Wait until no transfer on MD's link carries this prompt's prefix, then register this
+        request's own (MD then asks P only for what it still lacks)."""
+        started = None
+        while True:
+            transfer, dep = self._try_claim(main_rid, learn=learn)
+            waited = 0.0 if started is None else self._since() - started
+            holder = None if transfer is None else await self._claim_shared(transfer, waited)
+            if transfer is not None and holder is None:
+                if started is not None:
+                    self.record.waited_s = round(self._since() - started, 4)
+                return transfer
+            if started is None:
+                started = self._since()
+                self.site.transfers.stats.waited += 1
+            if holder is not None:  # another router's transfer carries part of this prompt
+                await self.site.ledger.wait_ended(holder)
+                continue
+            self.site.transfers.promote(dep)  # a deferred warm we need goes now
+            try:
+                await asyncio.wait_for(dep.off_link.wait(), DEPENDENCY_TIMEOUT_S)
+            except TimeoutError:
+                # MD never reported that KV: stop waiting and send this prompt's own.
+                logger.warning(
+                    "sglang-pdd router: %s: transfer %s did not land in %ds; "
+                    "sending this request's KV anyway",
+                    self.rid,
+                    dep.rid,
+                    DEPENDENCY_TIMEOUT_S,
+                )
+                self.site.transfers.drop(dep)
+
+    async def _claim_shared(self, transfer, waited_s: float = 0.0) -> str | None:
+        """Claim ``transfer`` on the ledger shared with other routers: None, or the rid of
+        another router's transfer to wait for (``transfer`` is then dropped)."""
+        holder = await self.site.claim_shared(transfer, waited_s)
+        if holder is not None:
+            self._transfer = None
+        return holder
+
+    def _hashes(self) -> list[int]:
+        if self.main_plan is not None:
+            return self.main_plan.hashes
+        return block_hashes(self.body["input_ids"], self.router.config.cache_block_tokens)
+
+    def _start_transfer(self, main_rid: str, *, warming: bool = False, learn: bool = True):
+        """Register the KV this request is about to send to MD (what MD's cache lacks now)."""
+        ids = self.body["input_ids"]
+        hashes = self._hashes()
+        cached = self.site.cached_tokens(ids, hashes)
+        nbytes = (len(ids) - cached) * self.router.kv_bytes_per_token
+        self._transfer = self.site.transfers.start(
+            main_rid,
+            hashes,
+            cached // self.router.config.cache_block_tokens,
+            nbytes,
+            warming=warming,
+            learn=learn,
+            prompt_tokens=len(ids),
+            token_bytes=self.router.kv_bytes_per_token,
+        )
+        return self._transfer
+
+    def _main_ended(self, output_ids=()) -> None:
+        """MD's request ended normally: SGLang inserted its KV into MD's radix tree."""
+        self.site.confirm_cached(list(self.body["input_ids"]) + list(output_ids))
+
+    # -- pipelines --------------------------------------------------------------------------
+    def events(self):
+        """``TokenDelta``s then one ``Finished`` (an async generator); raises ``UpstreamError``
+        on bad input. The pipeline's own generator, not one wrapping it: every chunk passes
+        through it."""
+        if self.decision.pipeline == PIPELINE_P_MD:
+            return self._main_only()
+        if self.decision.pipeline == PIPELINE_P_RLD:
+            return self._relay_only()
+        return self._relayed()
+
+    async def _main_only(self):
+        rid = self.ids.main
+        control = self.router.control_for(self.main)
+        events = await control.watch(rid)
+        await self._claim(rid, learn=False)  # its time to MD includes P's prefill
+        room = random.getrandbits(63)
+        prefill = self._spawn(self._prefill(self.ids.prefill, room))
+        prefill.add_done_callback(self._prefill_done)
+        main_q = self._stream_inline(self.main.url, self._sub_body(rid, room))
+        async for event in self._follow_main(main_q, events, already_sent=0):
+            yield event
+
+    async def _relay_only(self):
+        room = random.getrandbits(63)
+        prefill = self._spawn(self._prefill(self.ids.prefill, room))
+        prefill.add_done_callback(self._prefill_done)
+        relay_q = self._stream_inline(self.relay_url, self._sub_body(self.ids.relay, room))
+        sent = 0
+        while (chunk := await relay_q.get()) is not _END:
+            if isinstance(chunk, Exception):
+                await self._raise_prefill_error(prefill, chunk)
+            ids = chunk["output_ids"]
+            if len(ids) > sent:
+                yield self._delta(ids[sent:], "relay", chunk["meta_info"])
+                sent = len(ids)
+            if chunk["meta_info"].get("finish_reason"):
+                self.record.finished_on = "relay"
+                yield self._finished(chunk["meta_info"]["finish_reason"])
+                return
+
+    @staticmethod
+    def _prefill_failure(prefill_task: asyncio.Task) -> BaseException | None:
+        """P's error when its sub-request failed (P validates the prompt, so its error is the
+        one a client must see), else None."""
+        if prefill_task.done() and not prefill_task.cancelled():
+            return prefill_task.exception()
+        return None
+
+    async def _raise_prefill_error(self, prefill_task: asyncio.Task, fallback: Exception):
+        """Prefer the prefill server's error (it validates the prompt) over a decode-side one."""
+        raise self._prefill_failure(prefill_task) or fallback
+
+    def _note_ready(self, event: Ready) -> None:
+        if self.record.main_ready_s is None:
+            self.record.main_ready_s = self._since()
+            self.record.wan_bytes = event.kv_bytes or 0
+            self.record.main_cached_tokens = event.cached_tokens
+
+    async def _follow_main(self, main_q, events, already_sent: int, expected_prefix=(), early=()):
+        """Forward Main-Decode's tokens past ``already_sent``; check it kept the handed prefix.
+        ``early``: chunks of MD's stream already read from ``main_q``."""
+        sent = already_sent
+        early = list(early)
+        while (chunk := early.pop(0) if early else await main_q.get()) is not _END:
+            if isinstance(chunk, Exception):
+                raise chunk
+            ids = chunk["output_ids"]
+            if expected_prefix:
+                n = min(len(ids), len(expected_prefix))  # what of the prefix this chunk covers
+                if ids[:n] != list(expected_prefix[:n]):
+                    why = "Main-Decode diverged from the handed-off tokens"
+                    raise UpstreamError(500, {"error": {"message": why}})
+            if self.record.main_ready_s is None:
+                self._drain_ready(events)
+            if len(ids) > sent:
+                yield self._delta(ids[sent:], "main", chunk["meta_info"])
+                sent = len(ids)
+            if chunk["meta_info"].get("finish_reason"):
+                self.record.finished_on = "main"
+                self._drain_ready(events)
+                self._main_ended(ids)
+                yield self._finished(chunk["meta_info"]["finish_reason"])
+                return
+        raise UpstreamError(
+            502, {"error": {"message": "Main-Decode stream ended early"}}, self.main.url
+        )
+
+    def _drain_ready(self, events: asyncio.Queue) -> None:
+        if (ready := take_ready_event(events)) is not None:
+            self._note_ready(ready)
