@@ -55,3 +55,26 @@ def test_the_package_has_no_import_circle():
 
 def test_the_check_finds_a_circle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+# The router's sub-packages, in the order a request goes through them: each imports only those
+# after it (and the router's top-level modules), so the folder names read as the request's path.
+ROUTER_LAYERS = ["api", "pipeline", "instances", "upstream"]
+
+
+def _router_layer(mod: str) -> int | None:
+    parts = mod.split(".")
+    if parts[:2] == ["sglang_pdd", "router"] and len(parts) > 2 and parts[2] in ROUTER_LAYERS:
+        return ROUTER_LAYERS.index(parts[2])
+    return None
+
+
+def test_the_routers_sub_packages_import_only_those_after_them():
+    upward = [
+        f"{mod} -> {dep}"
+        for mod, deps in _graph().items()
+        if (layer := _router_layer(mod)) is not None
+        for dep in sorted(deps)
+        if (dep_layer := _router_layer(dep)) is not None and dep_layer < layer
+    ]
+    assert not upward, upward
