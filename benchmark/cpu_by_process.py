@@ -6,17 +6,18 @@ benchmark client; a forked or spawned child counts as its parent's role). On Ctr
 ``--duration-s``) it prints each role's share of one core per interval. Run it beside a testbed
 run, e.g.::
 
-    python benchmark/cpu_by_process.py --duration-s 600 > out/cpu.txt &
+    python benchmark/run.py cpu-by-role --duration-s 600 > out/cpu.txt &
     bash scripts/with-env.sh python benchmark/testbed.py --sessions 7 --wan-mbps 32 \\
         --contenders cross-dc,pdd
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from collections import Counter
+
+import shared_flags  # benchmark/shared_flags.py (the script's folder)
 
 ROLES = (
     ("--pdd-role relay", "RLD"),
@@ -27,6 +28,7 @@ ROLES = (
     ("wan-link", "wan-link"),
     ("smg", "smg"),
     ("testbed.py", "client"),
+    ("run.py testbed", "client"),
 )
 
 
@@ -61,11 +63,11 @@ def role_of(pid: str, snap: dict, roles: dict) -> str:
     return "other"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = shared_flags.parser(__doc__.splitlines()[0], raw=False)
     ap.add_argument("--interval-s", type=float, default=2.0)
     ap.add_argument("--duration-s", type=float, default=600.0)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     hz = os.sysconf("SC_CLK_TCK")
     names = [name for _, name in ROLES] + ["other"]
     print("t_s  " + " ".join(f"{n[:9]:>9}" for n in names) + "   (% of one core)", flush=True)
@@ -86,7 +88,8 @@ def main() -> None:
             last, last_t = now, now_t
     except KeyboardInterrupt:
         pass
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

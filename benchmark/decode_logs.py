@@ -16,12 +16,13 @@ servers' at equal batch sizes (docs/testbed.md).
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import re
 import statistics
 from collections import defaultdict
 from pathlib import Path
+
+import shared_flags  # benchmark/shared_flags.py (this script's folder)
 
 # One ``Decode batch`` line of SGLang's scheduler log: its time stamp (SGLang may add a rank, as
 # in ``[... TP0]``), the running requests, the KV transfers in flight (decode servers of a PD
@@ -88,8 +89,8 @@ def print_step_times(log_dir: Path, gap_s: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("log_dir", help="a testbed run's log folder")
+    ap = shared_flags.parser(__doc__.splitlines()[0], raw=False)
+    shared_flags.log_dir(ap)
     ap.add_argument(
         "--step-times",
         action="store_true",

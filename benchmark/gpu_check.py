@@ -27,7 +27,6 @@ timed. The weights and values are random.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -37,6 +36,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import shared_flags  # benchmark/shared_flags.py (this script's folder)
 
 # The brief's handoff of 100 tokens (../shared/design/pdd-brief.md, section 4).
 BRIEF_HANDED = 100
@@ -433,15 +434,15 @@ def nominal(device: str, peak: float | None, bw: float | None) -> tuple[str, flo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cuda")
+    parser = shared_flags.parser(__doc__.split("\n\n")[0], raw=False)
+    shared_flags.device(parser, "cuda")
     parser.add_argument("--model", default="llama-3-8b", choices=sorted(SHAPES))
-    parser.add_argument("--out", required=True, help="folder for the result files")
+    shared_flags.out_dir(parser, "folder for the result files")
     parser.add_argument("--stack-layers", type=int, default=4, help="distinct layers timed")
     parser.add_argument("--peak-tflops", type=float, help="nominal (default: by device name)")
     parser.add_argument("--memory-bw-gbs", type=float, help="nominal (default: by device name)")
     parser.add_argument("--interconnect-gbs", type=float, default=450.0)
-    parser.add_argument("--repeats", type=int, default=3)
+    shared_flags.repeats(parser, 3)
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a CPU smoke test)")
     args = parser.parse_args(argv)
     if args.stack_layers < 1 or args.repeats < 1:

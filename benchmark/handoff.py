@@ -21,7 +21,6 @@ beside the time to copy the same KV over links of given speeds.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import statistics
@@ -33,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+import shared_flags  # benchmark/shared_flags.py (the script's folder)
 from extend_cost import extend_table  # benchmark/extend_cost.py (the script's folder)
 from tqdm import tqdm
 
@@ -127,7 +127,7 @@ def _ints(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = shared_flags.parser(__doc__.split("\n\n")[0], raw=False)
     parser.add_argument(
         "--handed",
         type=_ints,
@@ -147,17 +147,17 @@ def main(argv: list[str] | None = None) -> int:
         help="idle: MD runs nothing else; busy: MD decodes --busy requests",
     )
     parser.add_argument("--busy", type=int, default=8, help="requests MD decodes when busy")
-    parser.add_argument("--repeats", type=int, default=2)
+    shared_flags.repeats(parser, 2)
     parser.add_argument("--bandwidth-mbps", type=float, default=8.0)
     parser.add_argument("--delay-ms", type=float, default=100.0, help="one-way WAN delay")
-    parser.add_argument("--out", default="out", help="folder for handoff.json and the plot")
+    shared_flags.out_dir(parser, "folder for handoff.json and the plot", default="out")
     parser.add_argument(
         "--extend-only",
         action="store_true",
         help="PyTorch extend forward only (see --model, --device)",
     )
     parser.add_argument("--model", default="llama-3-8b", help="--extend-only: model shape")
-    parser.add_argument("--device", default="cpu", help="--extend-only: cpu or cuda")
+    shared_flags.device(parser, "cpu", "--extend-only: cpu or cuda")
     parser.add_argument(
         "--link-gbps",
         type=lambda t: [float(x) for x in t.split(",")],

@@ -20,7 +20,6 @@ time) is printed beside the rest.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -34,6 +33,7 @@ from pathlib import Path
 
 import aiohttp
 import psutil
+import shared_flags  # benchmark/shared_flags.py (this script's folder)
 from tqdm import tqdm
 
 from sglang_pdd.testbed.cluster import PddClusterConfig, start_cluster, start_router
@@ -356,12 +356,10 @@ def _goal_verdict(row: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("--model-path", default=None, help="default: a generated 2-layer model")
+    ap = shared_flags.parser(__doc__)
+    shared_flags.model_path(ap)
     ap.add_argument("--streams", default="16,100", help="comma-separated concurrencies")
-    ap.add_argument("--rounds", type=int, default=2, help="alternating direct/router rounds")
+    shared_flags.rounds(ap, 2, "alternating direct/router rounds")
     ap.add_argument(
         "--routers",
         default="1",
@@ -406,8 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt-tokens", type=int, default=64)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--max-total-tokens", type=int, default=131072)
-    ap.add_argument("--json", default="out/router_overhead.json")
-    ap.add_argument("--seed", type=int, default=0)
+    shared_flags.json_out(ap, "out/router_overhead.json")
+    shared_flags.seed(ap)
     args = ap.parse_args(argv)
     try:
         levels = [int(x) for x in args.streams.split(",") if x.strip()]

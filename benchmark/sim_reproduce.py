@@ -18,13 +18,13 @@ cross-city link from ``sglang_pdd.sim.defaults`` (B: 81% of A's prefill, 210% of
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
 import time
 from pathlib import Path
 
+import shared_flags  # benchmark/shared_flags.py (this script's folder)
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -86,12 +86,12 @@ def _chips(spec) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the reproduction and print the side-by-side table."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p = shared_flags.parser(__doc__)
     p.add_argument("--duration", type=float, default=600.0, help="seconds of workload per run")
     p.add_argument("--warmup", type=float, default=200.0, help="seconds excluded from metrics")
-    p.add_argument("--seed", type=int, default=0)
+    shared_flags.seed(p)
     p.add_argument("--quick", action="store_true", help="coarser bisection, smaller plan search")
-    p.add_argument("--json", help="write every number to this file")
+    shared_flags.json_out(p, None, "write every number to this file")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
     base = dataclasses.replace(default_sim_config(), measure_from_s=args.warmup, seed=args.seed)

@@ -23,7 +23,6 @@ contender, measured vs simulated, each goal figure marked within or over 10%. A
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -32,6 +31,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 
 import numpy as np
+import shared_flags  # benchmark/shared_flags.py (this script's folder)
 
 from sglang_pdd.policy import HandoffPolicyConfig
 from sglang_pdd.sim import calibrate as cal
@@ -434,14 +434,12 @@ def _write_json(opts, doc: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    ap = shared_flags.parser(__doc__)
     ap.add_argument("--testbed-json", default="out/testbed.json")
     ap.add_argument(
         "--point", type=int, default=0, help="which point of the JSON (a sweep has many)"
     )
-    ap.add_argument("--json", default=None, help="write the comparison here")
+    shared_flags.json_out(ap, None, "write the comparison here")
     ap.add_argument(
         "--block-tokens",
         type=int,

@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import requests
+import shared_flags  # benchmark/shared_flags.py (this script's folder)
 from tqdm import tqdm
 
 from sglang_pdd.testbed.client import generate, wait_router_settled
@@ -233,9 +234,7 @@ def _range(text: str, flag: str) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    ap = shared_flags.parser(__doc__)
     ap.add_argument("--requests", type=int, default=500)
     ap.add_argument("--rate", type=float, default=1.5, help="arrivals per second (steady)")
     ap.add_argument(
@@ -253,11 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fault-every-s", type=float, default=20.0)
     ap.add_argument("--restart-after-s", type=float, default=5.0)
     ap.add_argument("--stall-s", type=float, default=3.0)
-    ap.add_argument("--json", default="out/soak.json")
+    shared_flags.json_out(ap, "out/soak.json")
     ap.add_argument(
         "--plot", default="out/soak.png", help="every request's E2E over time, faults shaded"
     )
-    ap.add_argument("--seed", type=int, default=0)
+    shared_flags.seed(ap)
     args = ap.parse_args(argv)
     if args.requests < 1 or args.rate <= 0 or args.fault_every_s <= 0:
         ap.error("--requests must be >= 1, --rate and --fault-every-s > 0")

@@ -19,7 +19,6 @@ marked: it measured this host, not the chips). ``--no-emulation`` runs at the CP
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -32,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import requests
+import shared_flags  # benchmark/shared_flags.py (this script's folder)
 from tqdm import tqdm
 
 from sglang_pdd.testbed.client import generate, wait_router_settled
@@ -595,10 +595,8 @@ def _bcr_line(point: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("--model-path", default=None, help="default: a generated 2-layer model")
+    ap = shared_flags.parser(__doc__)
+    shared_flags.model_path(ap)
     ap.add_argument("--workload", choices=("agentic", "trace"), default="agentic")
     ap.add_argument("--sessions", type=int, default=4)
     ap.add_argument("--turns", type=int, default=3)
@@ -714,7 +712,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also run python -m sglang.bench_serving against PDD and cross-DC PD",
     )
     ap.add_argument("--bench-serving-rate", type=float, default=1.0)
-    ap.add_argument("--json", default="out/testbed.json")
+    shared_flags.json_out(ap, "out/testbed.json")
     ap.add_argument("--plot", default="out/testbed_ttft_cdf.png")
     ap.add_argument(
         "--phase-plot",
@@ -727,12 +725,11 @@ def main(argv: list[str] | None = None) -> int:
         help="with --sweep: each contender's TTFT P90 and E2E P50/P90 over cross-DC PD's, "
         "per load and link speed, with the goals",
     )
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument(
-        "--repeats",
-        type=int,
-        default=1,
-        help="run each load and link this many times, each repeat starting with the next "
+    shared_flags.seed(ap)
+    shared_flags.repeats(
+        ap,
+        1,
+        "run each load and link this many times, each repeat starting with the next "
         "contender; prints every repeat's PDD / cross-DC ratios and their median, judged "
         "against the goals (one run's ratio moves with the host by up to +-0.4x: "
         "docs/testbed.md); the sweep plot draws the medians",

@@ -117,3 +117,20 @@ def test_the_tcp_relay_pipes_every_byte_both_ways_and_closes_with_its_upstream()
         relay.terminate()
         relay.wait(timeout=60)
         upstream.close()
+
+
+def test_run_names_every_measurement_and_each_parses_its_flags(capsys):
+    """``benchmark/run.py MEASUREMENT --help`` loads each measurement and prints its flags;
+    every script with a ``main`` under ``benchmark/`` is one of them."""
+    import pytest
+
+    run = _script("run")
+    modules = {module for module, _ in run.MEASUREMENTS.values()}
+    with_main = {p.stem for p in BENCHMARK.glob("*.py") if "\ndef main(" in p.read_text()}
+    assert with_main - {"run"} == modules
+    for name in run.MEASUREMENTS:
+        with pytest.raises(SystemExit) as exit_:
+            run.main([name, "--help"])
+        assert exit_.value.code == 0
+        assert f"usage: run.py {name}" in capsys.readouterr().out
+    assert run.main(["no-such-measurement"]) == 2

@@ -23,6 +23,8 @@ SCRIPT = Path(__file__).resolve().parent.parent / "benchmark" / "gpu_check.py"
 
 @pytest.fixture(scope="module")
 def gc():
+    if str(SCRIPT.parent) not in sys.path:
+        sys.path.insert(0, str(SCRIPT.parent))  # it imports shared_flags from its folder
     spec = importlib.util.spec_from_file_location("benchmark_gpu_check", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up

@@ -5,6 +5,7 @@ import importlib.util
 import json
 import math
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -259,6 +260,8 @@ def test_script_recovers_a_synthetic_testbed(tmp_path, capsys):
     }
     src, out = tmp_path / "testbed.json", tmp_path / "cmp.json"
     _synthetic_testbed_json(src, cfg, sessions, outputs)
+    if str(REPO_ROOT / "benchmark") not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT / "benchmark"))  # it imports shared_flags from there
     spec = importlib.util.spec_from_file_location(
         "sim_vs_testbed", REPO_ROOT / "benchmark" / "sim_vs_testbed.py"
     )

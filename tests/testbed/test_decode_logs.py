@@ -4,6 +4,7 @@ transfers in flight, and to the time of one decode step per batch size and stret
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ BENCHMARK = Path(__file__).resolve().parents[2] / "benchmark"
 
 @pytest.fixture(scope="module")
 def decode_logs():
+    if str(BENCHMARK) not in sys.path:
+        sys.path.insert(0, str(BENCHMARK))  # it imports shared_flags from its folder
     spec = importlib.util.spec_from_file_location("decode_logs", BENCHMARK / "decode_logs.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -324,6 +325,8 @@ def test_sim_vs_testbed_compares_an_emulated_json(tmp_path, capsys):
     src, out = tmp_path / "tb.json", tmp_path / "cmp.json"
     src.write_text(json.dumps({"args": args, "points": [point]}))
     script = Path(__file__).resolve().parents[2] / "benchmark" / "sim_vs_testbed.py"
+    if str(script.parent) not in sys.path:
+        sys.path.insert(0, str(script.parent))  # it imports shared_flags from its folder
     spec = importlib.util.spec_from_file_location("sim_vs_testbed", script)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
