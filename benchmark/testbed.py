@@ -19,6 +19,7 @@ marked: it measured this host, not the chips). ``--no-emulation`` runs at the CP
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -595,7 +596,34 @@ def _bcr_line(point: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    ap = _parser()
+    args = ap.parse_args(argv)
+    exit_on_sigterm()  # a SIGTERM stops every process started below, as Ctrl-C does
+    _settle_args(ap, args)
+    workdir = Path(tempfile.mkdtemp(prefix="sglang-pdd-testbed-"))
+    model = args.model_path
+    if model is None:
+        from sglang_pdd.testbed.tiny_model import TinyModelConfig, write_tiny_model
+
+        model = str(write_tiny_model(workdir / "tiny-model", TinyModelConfig(seed=args.seed)))
+    points = _run_links(args, model, workdir)
+    _write(points, args)
+    ok = all(
+        p["summaries"] and not any(s.errors for s in p["summaries"]) and overruns_acceptable(p)
+        for p in points
+    )
+    return 0 if ok else 1
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = shared_flags.parser(__doc__)
+    for flags in (_workload_flags, _emulation_flags, _cluster_flags, _run_flags):
+        flags(ap)
+    return ap
+
+
+def _workload_flags(ap: argparse.ArgumentParser) -> None:
+    """The flags of the workload: agentic sessions or the Mooncake trace."""
     shared_flags.model_path(ap)
     ap.add_argument("--workload", choices=("agentic", "trace"), default="agentic")
     ap.add_argument("--sessions", type=int, default=4)
@@ -626,6 +654,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace-requests", type=int, default=40)
     ap.add_argument("--trace-block-tokens", type=int, default=32)
     ap.add_argument("--trace-speed", type=float, default=1.0)
+
+
+def _emulation_flags(ap: argparse.ArgumentParser) -> None:
+    """The flags of the WAN and the emulated chips."""
     ap.add_argument(
         "--wan-mbps",
         type=float,
@@ -665,6 +697,10 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="a simulator config whose model: and engine: describe the emulated model",
     )
+
+
+def _cluster_flags(ap: argparse.ArgumentParser) -> None:
+    """The flags of the servers and the router."""
     ap.add_argument(
         "--ttft-slo-s",
         type=float,
@@ -701,6 +737,10 @@ def main(argv: list[str] | None = None) -> int:
         default="same-dc,cross-dc,pdd",
         help=f"comma-separated, from {', '.join(CONTENDERS)}",
     )
+
+
+def _run_flags(ap: argparse.ArgumentParser) -> None:
+    """The flags of sweeps, repeats and where the results go."""
     ap.add_argument(
         "--sweep", action="store_true", help="repeat over --sweep-sessions x --sweep-wan-mbps"
     )
@@ -741,8 +781,10 @@ def main(argv: list[str] | None = None) -> int:
         help="untimed requests through each contender before its timed run (caches flushed "
         "after), as sglang.bench_serving's --warmup-requests (default 1); 0: cold servers",
     )
-    args = ap.parse_args(argv)
-    exit_on_sigterm()  # a SIGTERM stops every process started below, as Ctrl-C does
+
+
+def _settle_args(ap: argparse.ArgumentParser, args) -> None:
+    """Defaults that depend on other flags, the emulation, and the checks argparse cannot do."""
     if args.wan_mbps is None:
         args.wan_mbps = 10_000.0 if args.emulate else 8.0
     if args.wan_delay_ms is None:
@@ -780,12 +822,9 @@ def main(argv: list[str] | None = None) -> int:
     if bad := [c for c in args.contenders if c not in CONTENDERS]:
         ap.error(f"--contenders: unknown {bad}; accepted: {', '.join(CONTENDERS)}")
 
-    workdir = Path(tempfile.mkdtemp(prefix="sglang-pdd-testbed-"))
-    model = args.model_path
-    if model is None:
-        from sglang_pdd.testbed.tiny_model import TinyModelConfig, write_tiny_model
 
-        model = str(write_tiny_model(workdir / "tiny-model", TinyModelConfig(seed=args.seed)))
+def _run_links(args, model: str, workdir: Path) -> list[dict]:
+    """Every link speed (one, or the sweep's): a fresh testbed each, every load through it."""
     links = [float(x) for x in args.sweep_wan_mbps.split(",")] if args.sweep else [args.wan_mbps]
     loads = [int(x) for x in args.sweep_sessions.split(",")] if args.sweep else [None]
     points = []
@@ -799,57 +838,60 @@ def main(argv: list[str] | None = None) -> int:
             )
             tb = start_testbed(group, model, link, args)
             for load in loads:
-                sessions = build_sessions(args, load)
-                prompts_hit = _ideal_hit(sessions)
-                label = (
-                    f"{args.workload} {len(sessions)} sessions, {mbps:g} Mbit/s, "
-                    f"ideal prefix hit {100 * prompts_hit:.0f}%"
-                )
-                repeats = []
-                for repeat in range(args.repeats):
-                    # Each repeat starts with the next contender, so that a host slowing or
-                    # speeding up during the run does not always favour the same one.
-                    names = contender_order(args.contenders, repeat)
-                    tag = label if args.repeats == 1 else f"{label}, repeat {repeat + 1}"
-                    point = run_point(
-                        tb,
-                        sessions,
-                        names,
-                        tag,
-                        log=lambda m: print(m, flush=True),
-                        warmup_requests=args.warmup_requests,
-                    )
-                    point.update(
-                        wan_mbps=mbps,
-                        sessions=len(sessions),
-                        repeat=repeat,
-                        chip_costs=args.chip_costs,
-                        emulation=args.emulation,
-                    )
-                    print(f"\n== {tag}")
-                    print_point(point)
-                    print_prediction(point, args)  # the simulator on the same requests
-                    for line in headline(point, 2 * args.wan_delay_ms / 1000):
-                        print(line)
-                    print(flush=True)
-                    repeats.append(point)
-                if args.repeats > 1:
-                    print(f"== {label}: {args.repeats} repeats, contender order rotated")
-                    for name in (c for c in args.contenders if c.startswith("pdd")):
-                        for line in repeats_summary(repeats, name):
-                            print(line)
-                    print(flush=True)
-                points.extend(repeats)
+                points.extend(_run_load(tb, args, mbps, load))
             if args.bench_serving and mbps == links[0]:
                 serving = run_bench_serving(group, tb, model, args, workdir)
                 print_bench_serving(serving)
                 points[0]["bench_serving"] = serving
-    _write(points, args)
-    ok = all(
-        p["summaries"] and not any(s.errors for s in p["summaries"]) and overruns_acceptable(p)
-        for p in points
+    return points
+
+
+def _run_load(tb: Testbed, args, mbps: float, load: int | None) -> list[dict]:
+    """One load on one link, ``--repeats`` times; the repeats' summary when more than one."""
+    sessions = build_sessions(args, load)
+    prompts_hit = _ideal_hit(sessions)
+    label = (
+        f"{args.workload} {len(sessions)} sessions, {mbps:g} Mbit/s, "
+        f"ideal prefix hit {100 * prompts_hit:.0f}%"
     )
-    return 0 if ok else 1
+    repeats = [_run_repeat(tb, args, sessions, label, mbps, r) for r in range(args.repeats)]
+    if args.repeats > 1:
+        print(f"== {label}: {args.repeats} repeats, contender order rotated")
+        for name in (c for c in args.contenders if c.startswith("pdd")):
+            for line in repeats_summary(repeats, name):
+                print(line)
+        print(flush=True)
+    return repeats
+
+
+def _run_repeat(tb: Testbed, args, sessions, label: str, mbps: float, repeat: int) -> dict:
+    """One repeat of one point: every contender on the same sessions, then its report."""
+    # Each repeat starts with the next contender, so that a host slowing or speeding up during
+    # the run does not always favour the same one.
+    names = contender_order(args.contenders, repeat)
+    tag = label if args.repeats == 1 else f"{label}, repeat {repeat + 1}"
+    point = run_point(
+        tb,
+        sessions,
+        names,
+        tag,
+        log=lambda m: print(m, flush=True),
+        warmup_requests=args.warmup_requests,
+    )
+    point.update(
+        wan_mbps=mbps,
+        sessions=len(sessions),
+        repeat=repeat,
+        chip_costs=args.chip_costs,
+        emulation=args.emulation,
+    )
+    print(f"\n== {tag}")
+    print_point(point)
+    print_prediction(point, args)  # the simulator on the same requests
+    for line in headline(point, 2 * args.wan_delay_ms / 1000):
+        print(line)
+    print(flush=True)
+    return point
 
 
 def _ideal_hit(sessions) -> float:
