@@ -126,23 +126,7 @@ def start_testbed(group: ServerGroup, model: str, link: WanLinkConfig, args) -> 
     if args.relay_nice:
         threads = cluster.relay.set_nice(args.relay_nice)
         print(f"Relay-Decode: nice {args.relay_nice} on its {threads} threads", flush=True)
-    (decode,) = group.start(
-        ServerSpec(
-            "cross-dc-decode",
-            model_path=model,
-            role="decode",
-            dtype=cfg.dtype,
-            chunked_prefill_size=cfg.chunked_prefill_size,
-            max_total_tokens=cfg.max_total_tokens,
-            env=(("SGLANG_HOST_IP", DATACENTER_B_HOST),),
-            cpus=cpus[1],
-            extra_args=(
-                "--disaggregation-decode-enable-radix-cache",
-                "--incremental-streaming-output",
-                *cfg.chip_args("B"),
-            ),
-        )
-    )
+    decode = _start_cross_dc_decode(group, model, cfg, cpus[1])
     via_wan = start_wan_proxy(group, "cross-dc-wan-http", decode.port, cfg.proxy_wan)
     p = cluster.prefill
     # SGLang PD as operators run it: behind SGLang's gateway. Same-DC: RLD's server as the
@@ -155,31 +139,59 @@ def start_testbed(group: ServerGroup, model: str, link: WanLinkConfig, args) -> 
             group, "smg-cross-dc", p.url, p.bootstrap_port, via_wan, cpus=cpus[0]
         ).url,
     }
-    routers = {"pdd": cluster.router_url}
-    if "pdd-overlap" in args.contenders:  # --handoff-switch overlap, beside the default hold
-        routers["pdd-overlap"] = start_router(
-            group, cluster, name="router-overlap", handoff_switch="overlap"
-        ).url
-    if "pdd-after-relay" in args.contenders:
-        routers["pdd-after-relay"] = start_router(
-            group, cluster, name="router-after-relay", main_transfer_start="after-relay"
-        ).url
-    if "pdd-no-yield" in args.contenders:  # RLD does not yield to P's queue (the rule off)
-        routers["pdd-no-yield"] = start_router(
-            group, cluster, name="router-no-yield", prefill_backlog_limit_s=1e9
-        ).url
-    if "pdd-yield-window" in args.contenders:  # yields only to a queue that stood for 2 s
-        routers["pdd-yield-window"] = start_router(
-            group, cluster, name="router-yield-window", prefill_backlog_window_s=2.0
-        ).url
-    if "pdd-relay-all" in args.contenders:  # --ttft-slo-s 0: every request streams from RLD
-        routers["pdd-relay-all"] = start_router(
-            group, cluster, name="router-relay-all", ttft_slo_s=0.0
-        ).url
+    routers = {"pdd": cluster.router_url, **_variant_routers(group, cluster, args.contenders)}
     logs = [p.log_path, cluster.relay.log_path, decode.log_path]
     logs += [site.server.log_path for site in cluster.mains]
     dilation = args.emulation.time_dilation if args.emulation else 1.0
     return Testbed(cluster, via_wan, decode.url, routers, gateways, logs, dilation)
+
+
+def _start_cross_dc_decode(group: ServerGroup, model: str, cfg: PddClusterConfig, cpus: str):
+    """SGLang PD's decode server in datacenter B (cross-DC PD's), on B's cores."""
+    (decode,) = group.start(
+        ServerSpec(
+            "cross-dc-decode",
+            model_path=model,
+            role="decode",
+            dtype=cfg.dtype,
+            chunked_prefill_size=cfg.chunked_prefill_size,
+            max_total_tokens=cfg.max_total_tokens,
+            env=(("SGLANG_HOST_IP", DATACENTER_B_HOST),),
+            cpus=cpus,
+            extra_args=(
+                "--disaggregation-decode-enable-radix-cache",
+                "--incremental-streaming-output",
+                *cfg.chip_args("B"),
+            ),
+        )
+    )
+    return decode
+
+
+def _variant_routers(group: ServerGroup, cluster: PddCluster, contenders) -> dict:
+    """The PDD variants' routers beside the default one (contender name -> URL)."""
+    routers = {}
+    if "pdd-overlap" in contenders:  # --handoff-switch overlap, beside the default hold
+        routers["pdd-overlap"] = start_router(
+            group, cluster, name="router-overlap", handoff_switch="overlap"
+        ).url
+    if "pdd-after-relay" in contenders:
+        routers["pdd-after-relay"] = start_router(
+            group, cluster, name="router-after-relay", main_transfer_start="after-relay"
+        ).url
+    if "pdd-no-yield" in contenders:  # RLD does not yield to P's queue (the rule off)
+        routers["pdd-no-yield"] = start_router(
+            group, cluster, name="router-no-yield", prefill_backlog_limit_s=1e9
+        ).url
+    if "pdd-yield-window" in contenders:  # yields only to a queue that stood for 2 s
+        routers["pdd-yield-window"] = start_router(
+            group, cluster, name="router-yield-window", prefill_backlog_window_s=2.0
+        ).url
+    if "pdd-relay-all" in contenders:  # --ttft-slo-s 0: every request streams from RLD
+        routers["pdd-relay-all"] = start_router(
+            group, cluster, name="router-relay-all", ttft_slo_s=0.0
+        ).url
+    return routers
 
 
 def sender(tb: Testbed, name: str):
@@ -319,43 +331,7 @@ def run_bench_serving(group: ServerGroup, tb: Testbed, model: str, args, workdir
     for name, url in targets.items():
         settle_and_flush(tb)
         result_file = workdir / f"bench_serving_{name}.jsonl"
-        host, port_s = url.split("://", 1)[1].rsplit(":", 1)
-        cmd = [
-            sys.executable,
-            "-m",
-            "sglang.bench_serving",
-            "--backend",
-            "sglang",
-            "--host",
-            host,
-            "--port",
-            port_s,
-            "--model",
-            model,
-            "--tokenizer",
-            model,
-            "--dataset-name",
-            "generated-shared-prefix",
-            "--gsp-num-groups",
-            "4",
-            "--gsp-prompts-per-group",
-            "4",
-            "--gsp-system-prompt-len",
-            "1500",
-            "--gsp-question-len",
-            "64",
-            "--gsp-output-len",
-            "200",
-            "--num-prompts",
-            "16",
-            "--request-rate",
-            str(args.bench_serving_rate),
-            "--seed",
-            str(args.seed),
-            "--output-file",
-            str(result_file),
-            "--disable-tqdm",
-        ]
+        cmd = _bench_serving_command(url, model, args, result_file)
         print(f"[bench_serving] {name}: {' '.join(cmd[1:])}", flush=True)
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
         if proc.returncode != 0 or not result_file.exists():
@@ -363,20 +339,61 @@ def run_bench_serving(group: ServerGroup, tb: Testbed, model: str, args, workdir
             out[name] = {"error": f"bench_serving exited {proc.returncode}"}
             continue
         row = json.loads(result_file.read_text().strip().splitlines()[-1])
-        out[name] = {
-            k: row.get(k)
-            for k in (
-                "completed",
-                "median_ttft_ms",
-                "p90_ttft_ms",
-                "p99_ttft_ms",
-                "median_itl_ms",
-                "p99_itl_ms",
-                "median_e2e_latency_ms",
-                "output_throughput",
-            )
-        }
+        out[name] = {k: row.get(k) for k in BENCH_SERVING_METRICS}
     return out
+
+
+BENCH_SERVING_METRICS = (
+    "completed",
+    "median_ttft_ms",
+    "p90_ttft_ms",
+    "p99_ttft_ms",
+    "median_itl_ms",
+    "p99_itl_ms",
+    "median_e2e_latency_ms",
+    "output_throughput",
+)
+
+
+def _bench_serving_command(url: str, model: str, args, result_file: Path) -> list[str]:
+    """``sglang.bench_serving`` against ``url``: 16 generated shared-prefix prompts."""
+    host, port_s = url.split("://", 1)[1].rsplit(":", 1)
+    return [
+        sys.executable,
+        "-m",
+        "sglang.bench_serving",
+        "--backend",
+        "sglang",
+        "--host",
+        host,
+        "--port",
+        port_s,
+        "--model",
+        model,
+        "--tokenizer",
+        model,
+        "--dataset-name",
+        "generated-shared-prefix",
+        "--gsp-num-groups",
+        "4",
+        "--gsp-prompts-per-group",
+        "4",
+        "--gsp-system-prompt-len",
+        "1500",
+        "--gsp-question-len",
+        "64",
+        "--gsp-output-len",
+        "200",
+        "--num-prompts",
+        "16",
+        "--request-rate",
+        str(args.bench_serving_rate),
+        "--seed",
+        str(args.seed),
+        "--output-file",
+        str(result_file),
+        "--disable-tqdm",
+    ]
 
 
 def print_bench_serving(results: dict) -> None:
@@ -450,10 +467,19 @@ def headline(point: dict, rtt_s: float) -> list[str]:
     pdd, cross, same = s.get("pdd"), s.get("cross-dc"), s.get("same-dc")
     if not (pdd and cross) or None in (cross.ttft_p90, cross.e2e_p50, pdd.e2e_p50):
         return []
+    lines = _latency_lines(pdd, cross, same, rtt_s)
+    if pdd.handoff_gap_p99 is not None and point.get("emulation") is not None:
+        lines.append(_handoff_line(point, pdd, rtt_s))
+    return lines + _mechanism_lines(point, pdd) + _instrument_lines(point, cross, same)
 
-    def goal(text: str, met: bool, brief: str = "") -> str:
-        return f"[{'met' if met else 'MISSED'}] {text}" + (f"; the brief: {brief}" if brief else "")
 
+def goal(text: str, met: bool, brief: str = "") -> str:
+    """One goal's line, marked met or missed, the brief's figure beside."""
+    return f"[{'met' if met else 'MISSED'}] {text}" + (f"; the brief: {brief}" if brief else "")
+
+
+def _latency_lines(pdd, cross, same, rtt_s: float) -> list[str]:
+    """TTFT, E2E and ITL against cross-DC and same-DC PD."""
     lines = []
     for q in ("p90", "p99"):
         r = getattr(pdd, f"ttft_{q}") / getattr(cross, f"ttft_{q}")
@@ -490,8 +516,12 @@ def headline(point: dict, rtt_s: float) -> list[str]:
             pdd.itl_p99 <= itl_bound,
         )
     )
-    if pdd.handoff_gap_p99 is not None and point.get("emulation") is not None:
-        lines.append(_handoff_line(point, pdd, rtt_s))
+    return lines
+
+
+def _mechanism_lines(point: dict, pdd) -> list[str]:
+    """RLD's share of the tokens, duplicate transfers, outputs identical to same-DC PD's."""
+    lines = []
     share = pdd.relay_share or 0.0
     lines.append(
         goal(
@@ -510,6 +540,12 @@ def headline(point: dict, rtt_s: float) -> list[str]:
         lines.append(goal(f"PDD output identical to same-DC PD for {eq}/{n} requests", eq == n > 0))
     else:
         lines.append("[not checked] PDD output identity: same-dc was not among the contenders")
+    return lines
+
+
+def _instrument_lines(point: dict, cross, same) -> list[str]:
+    """The testbed's own checks: the baselines' order, BCR, the WAN engines, the overruns."""
+    lines = []
     if same is not None:
         sane = all(
             getattr(same, f"ttft_{q}") < getattr(cross, f"ttft_{q}") for q in ("p50", "p90", "p99")
