@@ -8,7 +8,10 @@ still exists with the same shape and whether its removal condition now holds;
 on (``sglang_pdd/sglang_surface.py``).
 ``sglang-pdd hooks`` prints this record.
 
-Installed as ``sglang_pdd.patches`` (setup.py maps this folder there).
+This folder is the package ``sglang_pdd.patches``: ``setup.py`` lists it among the packages and
+maps it here (``package_dir={"sglang_pdd.patches": "patches"}``), for a wheel and an editable
+install alike, so code and tests import ``sglang_pdd.patches.<module>``; there is no ``patches``
+package of its own and no ``sglang_pdd/patches/`` folder.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from aiohttp import web
 
 from sglang_pdd.cache.kv_size import dtype_bytes, kv_bytes_per_token
 from sglang_pdd.cache.prefix_blocks import BlockPrefixCache, block_hashes, common_prefix_blocks
-from sglang_pdd.policy import PIPELINE_P_RLD, HandoffPolicy, LinkEstimate, PipelinePolicy, planner
-from sglang_pdd.policy.planner import (
+from sglang_pdd.policy import PIPELINE_P_RLD, HandoffPolicy, LinkEstimate, PipelinePolicy, placement
+from sglang_pdd.policy.placement import (
     PREFILL_PRIOR_S,
     ClusterSnapshot,
     MainCandidate,
@@ -107,7 +107,7 @@ class RouterState:
         self.live: dict = {}  # rid -> PddRecord of every request in flight (GET /pdd/requests)
         self.clients: dict = {}  # rid -> ClientRun of every request in flight (drain moves them)
         self.incremental_streams: dict[str, bool] = {}
-        self._turns = itertools.count()  # one per plan: round-robin among equal instances
+        self._turns = itertools.count()  # one per route: round-robin among equal instances
 
     async def start(self) -> None:
         """Open the HTTP session, learn bootstrap ports and the model, connect control sockets."""
@@ -308,10 +308,10 @@ class RouterState:
 
     def pace_ratio(self, main_urls) -> float:
         """Main-Decode's seconds per id (the mean over ``main_urls`` measured) over
-        Relay-Decode's, as the planner takes it (``planner.pace_ratio``)."""
+        Relay-Decode's, as placement takes it (``placement.pace_ratio``)."""
         known = [v for u in main_urls if (v := self.main_itl_estimates[u].value) is not None]
         main = sum(known) / len(known) if known else None
-        return planner.pace_ratio(main, self.relay_itl_estimate.value)
+        return placement.pace_ratio(main, self.relay_itl_estimate.value)
 
     def note_prefill_time(self, seconds: float) -> None:
         """A relayed request's first token came ``seconds`` after it arrived."""
@@ -333,19 +333,19 @@ class RouterState:
                     extra_backlog = dep.nbytes  # promoted ahead of this request's own KV
         return MainPlan(site, hashes, cached, covered, dep, carries, extra_backlog)
 
-    def plan(self, input_ids: list[int], max_new_tokens: int, avoid: frozenset[str] = frozenset()):
-        """``_plan`` without the instances out of rotation (``health``), unless that leaves no
+    def route(self, input_ids: list[int], max_new_tokens: int, avoid: frozenset[str] = frozenset()):
+        """``_route`` without the instances out of rotation (``health``), unless that leaves no
         prefill or decoding instance: then they are tried all the same."""
         down = self.health.out_of_rotation()
         if down - avoid:
             try:
-                return self._plan(input_ids, max_new_tokens, avoid | down)
+                return self._route(input_ids, max_new_tokens, avoid | down)
             except ValueError:
                 pass
-        return self._plan(input_ids, max_new_tokens, avoid)
+        return self._route(input_ids, max_new_tokens, avoid)
 
-    def _plan(self, input_ids: list[int], max_new_tokens: int, avoid: frozenset[str]):
-        """Pick the pipeline and the instances for a request (``policy.planner.plan`` on a
+    def _route(self, input_ids: list[int], max_new_tokens: int, avoid: frozenset[str]):
+        """Pick the pipeline and the instances for a request (``policy.placement.place`` on a
         snapshot of the instances not in ``avoid``).
 
         ``avoid``: instance URLs not to use (they failed this request); with every Main-Decode
@@ -385,7 +385,7 @@ class RouterState:
             pace_ratio=self.pace_ratio([site.url for site in sites]),
         )
         try:
-            chosen = planner.plan(snapshot, len(input_ids), max_new_tokens, self.pipeline_policy)
+            chosen = placement.place(snapshot, len(input_ids), max_new_tokens, self.pipeline_policy)
         except ValueError:
             raise ValueError(
                 f"no instance left to serve the request (failed: {sorted(avoid)})"

@@ -8,10 +8,7 @@ import json
 import sys
 import time
 
-from sglang_pdd.sim.config import SimConfig, SlaConfig, load_chips, load_sim_config
-from sglang_pdd.sim.defaults import default_sim_config
-from sglang_pdd.sim.metrics import format_table
-from sglang_pdd.sim.planner import (
+from sglang_pdd.sim.capacity_planner import (
     PlanBounds,
     Planner,
     PlanResult,
@@ -19,6 +16,9 @@ from sglang_pdd.sim.planner import (
     plan_best,
     same_dc_templates,
 )
+from sglang_pdd.sim.config import SimConfig, SlaConfig, load_chips, load_sim_config
+from sglang_pdd.sim.defaults import default_sim_config
+from sglang_pdd.sim.metrics import format_table
 from sglang_pdd.sim.runner import run_contender
 from sglang_pdd.sim.workload import (
     AgenticWorkloadConfig,

@@ -4,7 +4,7 @@ Request life:
   arrival -> P-side prefix cache match -> least-loaded P instance (chunked prefill)
   same-DC PD: full KV over the intra-DC path -> decoder
   cross-DC PD: decode-side cache (DRC) match -> missing KV over the WAN -> MD
-  PDD: at arrival the router's own planner (policy.planner.plan, with the shared
+  PDD: at arrival the router's own placement (policy.placement.place, with the shared
        PipelinePolicy and the router's moving averages of prefill time and handoff gap) picks
        P-MD, P-RLD-MD or (anomalous) P-RLD and the P, RLD and MD; in P-RLD-MD the
        full KV goes to RLD over RDMA while the missing KV crosses the WAN; when it lands the
@@ -31,15 +31,15 @@ from sglang_pdd.policy import (
     HandoffPolicy,
     PipelinePolicy,
     RequestFacts,
-    planner,
+    placement,
 )
-from sglang_pdd.policy.planner import (
+from sglang_pdd.policy.placement import (
     PACE_MIN_GAPS,
     PREFILL_PRIOR_S,
     ClusterSnapshot,
     MainCandidate,
     MovingAverage,
-    Plan,
+    Placement,
     PrefillCandidate,
     RelayCandidate,
     pace_ratio,
@@ -75,7 +75,7 @@ class RequestRecord:
     # Simulation-internal state, not reported.
     main_first_s: float = -1.0  # MD's first id after a handoff
     handed: int = 0
-    plan: Plan | None = None  # PDD: the planner's choice at arrival
+    placement: Placement | None = None  # PDD: placement's choice at arrival
     prefill_idx: int = -1
     relay_idx: int = -1
     on_relay: bool = False  # RLD holds the request (its KV arrived over the intra-DC path)
@@ -204,7 +204,7 @@ class ClusterSim:
         self.prefill_estimate = MovingAverage(PREFILL_PRIOR_S)
         self.handoff_gap_estimate = MovingAverage(spec.wan.rtt_s)
         # Seconds per id of RLD and of MD, learned from finished requests as the router learns
-        # them: the planner values RLD's head start in MD's time (``planner.pace_ratio``).
+        # them: placement values RLD's head start in MD's time (``placement.pace_ratio``).
         self.relay_itl_estimate = MovingAverage()
         self.main_itl_estimate = MovingAverage()
         self.prefill_active = [0] * len(self.prefill)
@@ -237,8 +237,8 @@ class ClusterSim:
         rec = self.records[req.rid]
         rec.prefill_hit_tokens = self._prefill_hit(req)
         if self.planned:
-            i = self._plan(req, rec)
-            pipeline = rec.plan.decision.pipeline
+            i = self._place(req, rec)
+            pipeline = rec.placement.decision.pipeline
             if self.claims and pipeline == PIPELINE_P_MD:
                 # The router registers MD's transfer before it asks P for anything.
                 self._claim(req, lambda: self._submit(req, rec, i))
@@ -297,13 +297,13 @@ class ClusterSim:
         datacenter (same-DC PD's, or RLD), what MD's cache lacks across the WAN."""
         if not self.spec.cross_dc:
             return {"intra": _KvStream(self.intra, self.kv, 0)}
-        if rec.plan is None:  # cross-DC PD: every request to MD
+        if rec.placement is None:  # cross-DC PD: every request to MD
             start = self._pin_decode_cache(req, rec)
             relayed = False
         else:
             # PDD: P-MD's KV streams to MD as SGLang's PD does; P-RLD-MD's leaves for MD once
             # the prefill is done (P holds MD's twin request until then).
-            d = rec.plan.decision
+            d = rec.placement.decision
             relayed = d.pipeline in (PIPELINE_P_RLD, PIPELINE_P_RLD_MD)
             start = rec.decode_hit_tokens if d.pipeline == PIPELINE_P_MD else -1
         streams = {"intra": _KvStream(self.intra, self.kv, 0)} if relayed else {}
@@ -319,8 +319,8 @@ class ClusterSim:
         for stream in self.records[rid].streams.values():
             stream.produced(tokens)
 
-    def _plan(self, req: Request, rec: RequestRecord) -> int:
-        """The router's planner on this moment's snapshot; returns the chosen P's index."""
+    def _place(self, req: Request, rec: RequestRecord) -> int:
+        """The router's placement on this moment's snapshot; returns the chosen P's index."""
         cached = self._pin_decode_cache(req, rec)
         link = self.link_model.estimate()
         snapshot = ClusterSnapshot(
@@ -341,8 +341,10 @@ class ClusterSim:
             turn=next(self._turns),
             pace_ratio=pace_ratio(self.main_itl_estimate.value, self.relay_itl_estimate.value),
         )
-        chosen = planner.plan(snapshot, req.input_tokens, req.output_tokens, self.pipeline_policy)
-        rec.plan, rec.pipeline = chosen, chosen.decision.pipeline
+        chosen = placement.place(
+            snapshot, req.input_tokens, req.output_tokens, self.pipeline_policy
+        )
+        rec.placement, rec.pipeline = chosen, chosen.decision.pipeline
         rec.prefill_idx, rec.relay_idx = int(chosen.prefill), int(chosen.relay)
         self.prefill_active[rec.prefill_idx] += 1
         if chosen.decision.pipeline != PIPELINE_P_RLD:
@@ -368,9 +370,9 @@ class ClusterSim:
             rec.pipeline = "PD"
             self._send_local(req, self._to_main_direct)
             return
-        if rec.plan is not None:
+        if rec.placement is not None:
             self.prefill_active[rec.prefill_idx] -= 1
-            decision = rec.plan.decision
+            decision = rec.placement.decision
         else:  # cross-DC PD: every request goes to MD, the missing KV over the WAN
             cached = rec.decode_hit_tokens if rec.streams else self._pin_decode_cache(req, rec)
             facts = RequestFacts(req.input_tokens, cached, req.output_tokens, self.kv)
@@ -563,7 +565,7 @@ class ClusterSim:
         rec = self.records[rid]
         rec.completions += 1
         rec.done_s = now
-        if rec.plan is not None and rec.main_idx >= 0 and rec.completions == 1:
+        if rec.placement is not None and rec.main_idx >= 0 and rec.completions == 1:
             self.main_active[rec.main_idx] -= 1
         for pin in rec.pins:
             self.drc.release(pin)

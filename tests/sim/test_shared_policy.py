@@ -6,7 +6,7 @@ import importlib.util
 import pytest
 
 import sglang_pdd.policy as policy
-from sglang_pdd.policy.planner import pace_ratio
+from sglang_pdd.policy.placement import pace_ratio
 from sglang_pdd.sim import cluster
 from sglang_pdd.sim.cluster import ClusterSim
 from sglang_pdd.sim.link import LinkConfig
@@ -85,32 +85,32 @@ def test_the_simulator_drives_the_routers_handoff_state_machine():
 
 
 def test_router_and_simulator_plan_through_one_function(monkeypatch):
-    """Both call ``policy.planner.plan``; the simulator at each arrival, with the router's
+    """Both call ``policy.placement.place``; the simulator at each arrival, with the router's
     moving averages, and it then uses the instances the plan named."""
     import asyncio
 
-    from sglang_pdd.policy import planner
+    from sglang_pdd.policy import placement
     from sglang_pdd.router.config import MainEndpoint, RouterConfig
     from sglang_pdd.router.state import RouterState
 
     calls = []
-    real = planner.plan
+    real = placement.place
 
     def spy(snapshot, *args):
         chosen = real(snapshot, *args)
         calls.append((snapshot, chosen))
         return chosen
 
-    monkeypatch.setattr(planner, "plan", spy)
+    monkeypatch.setattr(placement, "place", spy)
     s = spec("pdd", prefill=2, decode=2, relay=2)
     sim = ClusterSim(s, config(s))
     reqs = [req(i, 0.05 * i, 20_000, 400, range(i * 100, i * 100 + 40)) for i in range(6)]
     records = sim.run(reqs)
     assert len(calls) == len(reqs)
-    assert calls[0][0].prefill_s == planner.PREFILL_PRIOR_S  # nothing learned before
-    assert sim.prefill_estimate.value != planner.PREFILL_PRIOR_S  # relayed first tokens taught it
+    assert calls[0][0].prefill_s == placement.PREFILL_PRIOR_S  # nothing learned before
+    assert sim.prefill_estimate.value != placement.PREFILL_PRIOR_S  # relayed first tokens taught it
     for rec, (_, chosen) in zip(records, calls, strict=True):
-        assert rec.plan is chosen and rec.pipeline == chosen.decision.pipeline
+        assert rec.placement is chosen and rec.pipeline == chosen.decision.pipeline
         assert str(rec.prefill_idx) == chosen.prefill and str(rec.relay_idx) == chosen.relay
         assert str(rec.main_idx) == chosen.main
     assert len({c.prefill for _, c in calls}) == 2  # spread over both P (round-robin, load)
@@ -124,7 +124,7 @@ def test_router_and_simulator_plan_through_one_function(monkeypatch):
             )
         )
         state.kv_bytes_per_token = 512
-        return state.plan(list(range(300)), 64)
+        return state.route(list(range(300)), 64)
 
     decision, (prefill, relay, main), _ = asyncio.run(route())
     snap, chosen = calls[-1]
@@ -134,12 +134,12 @@ def test_router_and_simulator_plan_through_one_function(monkeypatch):
         chosen.relay,
         chosen.main,
     )
-    assert snap.prefill_s == planner.PREFILL_PRIOR_S
+    assert snap.prefill_s == placement.PREFILL_PRIOR_S
 
 
 def test_the_simulator_learns_rld_and_md_paces_and_plans_with_their_ratio():
     """As the router: each finished request teaches RLD's and MD's seconds per id, and later
-    plans value RLD's head start with their ratio (``planner.pace_ratio``)."""
+    plans value RLD's head start with their ratio (``placement.pace_ratio``)."""
     # A slow link (0.1 Gbit/s: 20,000 tokens' KV take 1.6 s) so that RLD makes tens of ids.
     s = spec("pdd", wan=LinkConfig(bandwidth_gbps=0.1, rtt_s=0.01, cost_per_gbps_hour=0.0))
     pipeline = RecordingPolicy()

@@ -80,4 +80,4 @@ def test_relaying_yields_to_a_prefill_queue_when_rld_shares_p():
     reqs = [req(0, 0.0, 10 * BT, 4, range(10)), req(1, 0.05, 2 * BT, 4, [50, 51])]
     _, (first, second) = run_contender(s, cfg, reqs)
     assert first.pipeline == "P-RLD-MD"
-    assert second.pipeline == "P-MD" and second.plan.decision.rule == "prefill_busy"
+    assert second.pipeline == "P-MD" and second.placement.decision.rule == "prefill_busy"

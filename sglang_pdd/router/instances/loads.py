@@ -1,4 +1,4 @@
-"""What an instance's ``GET /v1/loads`` says about it, as the planner reads it.
+"""What an instance's ``GET /v1/loads`` says about it, as placement reads it.
 
 SGLang's ``/v1/loads`` gives, per scheduler, its running and waiting requests, its KV use, the
 uncached prompt tokens waiting for prefill compute, and two counters that only grow: prompt
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from sglang_pdd.policy.planner import MovingAverage
+from sglang_pdd.policy.placement import MovingAverage
 
 
 def decode_busy_fraction(loads: dict) -> float:

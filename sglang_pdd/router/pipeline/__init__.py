@@ -1,5 +1,5 @@
 """One request's way through PDD, after ``router.api`` decoded it: ``fanout`` splits a batch or
-``n`` samples into sub-requests, ``run.ClientRun`` checks each one and asks ``RouterState.plan``
+``n`` samples into sub-requests, ``run.ClientRun`` checks each one and asks ``RouterState.route``
 for its pipeline and instances, ``pdd_request.PddRequestRun`` runs P-MD or P-RLD
 (``relayed.RelayedPipeline`` runs P-RLD-MD and its handoff), ``migration`` moves it to other
 instances when one fails, and ``record`` and ``text`` carry what happened and the answer's text

@@ -15,7 +15,7 @@ import time
 
 from sglang_pdd.cache.prefix_blocks import block_hashes
 from sglang_pdd.policy import PIPELINE_P_MD, PIPELINE_P_RLD
-from sglang_pdd.policy.planner import PACE_MIN_GAPS
+from sglang_pdd.policy.placement import PACE_MIN_GAPS
 from sglang_pdd.router.instances.transfers import DEFERRED
 from sglang_pdd.router.pipeline.record import Finished, PddRecord, TokenDelta, token_logprobs
 from sglang_pdd.router.pipeline.relayed import RelayedPipeline, take_ready_event

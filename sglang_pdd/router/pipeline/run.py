@@ -49,7 +49,7 @@ class ClientRun:
             raise UpstreamError(400, {"error": {"message": bad, "code": 400}})
         self.body = {"input_ids": input_ids, "sampling_params": sampling, **extra}
         max_new = max_new_tokens(sampling)
-        decision, instances, main_plan = state.plan(input_ids, max_new)
+        decision, instances, main_plan = state.route(input_ids, max_new)
         state.metrics.requests.labels(decision.pipeline, decision.rule).inc()
         self.run = PddRequestRun(state, self.body, self.rid, decision, instances, main_plan)
         state.live[self.rid] = self.run.record
@@ -174,7 +174,7 @@ class ClientRun:
         body = continuation(self.body, self.emitted)
         left = body["sampling_params"]["max_new_tokens"]
         try:
-            decision, instances, main_plan = self.state.plan(
+            decision, instances, main_plan = self.state.route(
                 body["input_ids"], left, frozenset(self.failed)
             )
         except ValueError as no_instance:

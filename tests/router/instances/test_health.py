@@ -9,7 +9,7 @@ from aiohttp import web
 
 from sglang_pdd.router.instances.breaker import BreakerConfig
 from sglang_pdd.router.instances.health import InstanceHealth, cannot_serve
-from tests.router.test_plan import RLD, P, state  # noqa: F401 - the fixture
+from tests.router.test_route import RLD, P, state  # noqa: F401 - the fixture
 
 
 def test_planning_leaves_out_instances_out_of_rotation_unless_nothing_is_left(state):  # noqa: F811
@@ -17,12 +17,12 @@ def test_planning_leaves_out_instances_out_of_rotation_unless_nothing_is_left(st
     state.health.mark_down("http://m0:1")
     state.health.mark_down(RLD[0])
     for _ in range(4):
-        decision, (_, rld, md), _ = state.plan(ids, 64)
+        decision, (_, rld, md), _ = state.route(ids, 64)
         assert (rld, md.url, decision.pipeline) == (RLD[1], "http://m1:1", "P-RLD-MD")
     # Every prefill out of rotation: they are tried all the same (better than no answer).
     for url in P:
         state.health.mark_down(url)
-    _, (p, _, _), _ = state.plan(ids, 64)
+    _, (p, _, _), _ = state.route(ids, 64)
     assert p in P
 
 

@@ -1,8 +1,8 @@
-"""One planner for the router and the simulator: a request's pipeline and its P, RLD and MD.
+"""Placement: a request's pipeline and its P, RLD and MD, chosen alike by router and simulator.
 
 The router builds a ``ClusterSnapshot`` from its live state (cache views, the link ledger,
 /v1/loads, its moving averages) and the simulator builds one from its modelled instances; both
-call ``plan`` on it, so the simulator makes the router's choices at the router's moment (the
+call ``place`` on it, so the simulator makes the router's choices at the router's moment (the
 request's arrival) from the same kind of estimates. Pure: no I/O, no clock.
 
 Choices, in order of what matters most:
@@ -28,7 +28,7 @@ from sglang_pdd.policy.pipeline import (
     RequestFacts,
 )
 
-# Weight of the newest sample in every moving average the planner reads.
+# Weight of the newest sample in every moving average placement reads.
 SMOOTHING = 0.2
 # Seconds from arrival to P's KV at Relay-Decode assumed before any relayed request measured it.
 PREFILL_PRIOR_S = 0.05
@@ -99,7 +99,7 @@ class MainCandidate:
 
 @dataclass(frozen=True)
 class ClusterSnapshot:
-    """What the planner sees of the cluster for one request (only instances it may use).
+    """What placement sees of the cluster for one request (only instances it may use).
 
     prefill_s: expected seconds from arrival until P has prefilled (queue included);
     handoff_gap_s: what a final handoff costs the client; pace_ratio: Main-Decode's seconds per
@@ -118,7 +118,7 @@ class ClusterSnapshot:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Placement:
     """The pipeline and the instances (by name) a request goes to.
 
     relay: None when no Relay-Decode is left; main: None when no Main-Decode is left (the
@@ -131,12 +131,12 @@ class Plan:
     main: str | None
 
 
-def plan(
+def place(
     snapshot: ClusterSnapshot,
     input_tokens: int,
     max_output_tokens: int,
     policy: PipelinePolicy,
-) -> Plan:
+) -> Placement:
     """Pick the pipeline and the instances for one request.
 
     ValueError when the snapshot has no prefill instance or no decoding instance at all.
@@ -181,7 +181,7 @@ def plan(
                 reason="no Relay-Decode left; " + decision.reason,
             )
     relay = min(_rotated(s.relays, s.turn), key=lambda r: r.load).name if s.relays else None
-    return Plan(decision, prefill.name, relay, main_name)
+    return Placement(decision, prefill.name, relay, main_name)
 
 
 def _rotated(items: tuple, turn: int) -> tuple:

@@ -2,9 +2,9 @@
 
 import pytest
 
+from sglang_pdd.sim.capacity_planner import PlanBounds, Planner, plan_best, same_dc_templates
 from sglang_pdd.sim.chips import ChipProfile
 from sglang_pdd.sim.config import SlaConfig
-from sglang_pdd.sim.planner import PlanBounds, Planner, plan_best, same_dc_templates
 
 from .helpers import CHIP, config, req, spec
 

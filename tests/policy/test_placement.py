@@ -1,18 +1,18 @@
-"""``policy.planner.plan``: the one choice of pipeline and instances (pure: no servers)."""
+"""``policy.placement.place``: the one choice of pipeline and instances (pure: no servers)."""
 
 import math
 
 import pytest
 
 from sglang_pdd.policy import LinkEstimate, PipelinePolicy, PipelinePolicyConfig
-from sglang_pdd.policy.planner import (
+from sglang_pdd.policy.placement import (
     SMOOTHING,
     ClusterSnapshot,
     MainCandidate,
     MovingAverage,
     PrefillCandidate,
     RelayCandidate,
-    plan,
+    place,
 )
 
 IDLE = LinkEstimate(1e6, 0.1)  # 8 Mbit/s, 100 ms
@@ -46,42 +46,42 @@ def snapshot(prefills=None, relays=None, mains=None, **kw) -> ClusterSnapshot:
     ],
 )
 def test_main_decode_by_cache_hit_then_readiness_then_load(mains, chosen):
-    assert plan(snapshot(mains=mains), 1000, 64, POLICY).main == chosen
+    assert place(snapshot(mains=mains), 1000, 64, POLICY).main == chosen
 
 
 def test_prefill_by_prefix_hit_then_load_then_round_robin():
     hit = (PrefillCandidate("p0", 0, 0), PrefillCandidate("p1", 256, 7))
-    assert plan(snapshot(prefills=hit), 1000, 64, POLICY).prefill == "p1"
+    assert place(snapshot(prefills=hit), 1000, 64, POLICY).prefill == "p1"
     idle = (PrefillCandidate("p0", 0, 2), PrefillCandidate("p1", 0, 1))
-    assert plan(snapshot(prefills=idle), 1000, 64, POLICY).prefill == "p1"
+    assert place(snapshot(prefills=idle), 1000, 64, POLICY).prefill == "p1"
     equal = (PrefillCandidate("p0", 0, 0), PrefillCandidate("p1", 0, 0))
-    chosen = [plan(snapshot(prefills=equal, turn=t), 1000, 64, POLICY).prefill for t in range(4)]
+    chosen = [place(snapshot(prefills=equal, turn=t), 1000, 64, POLICY).prefill for t in range(4)]
     assert chosen == ["p0", "p1", "p0", "p1"]
 
 
 def test_relay_least_loaded_round_robin_among_equals():
     loads = (RelayCandidate("r0", 0.9), RelayCandidate("r1", 0.1), RelayCandidate("r2", 0.1))
-    chosen = {plan(snapshot(relays=loads, turn=t), 1000, 64, POLICY).relay for t in range(6)}
+    chosen = {place(snapshot(relays=loads, turn=t), 1000, 64, POLICY).relay for t in range(6)}
     assert chosen == {"r1", "r2"}
 
 
 def test_the_pipeline_weighs_the_chosen_mains_link_and_the_least_busy_relay():
     # 1000 uncached tokens x 100 B at 1 MB/s: 0.1 s + RTT + prefill is within 0.5 s ...
-    assert plan(snapshot(), 1000, 64, POLICY).decision.pipeline == "P-MD"
+    assert place(snapshot(), 1000, 64, POLICY).decision.pipeline == "P-MD"
     # ... behind 4 s of backlog it is not: RLD streams first.
     slow = snapshot(mains=(MainCandidate("m0", 0, BUSY, 0),))
-    assert plan(slow, 1000, 64, POLICY).decision.pipeline == "P-RLD-MD"
+    assert place(slow, 1000, 64, POLICY).decision.pipeline == "P-RLD-MD"
     # Every RLD full: relaying would only queue the request, so it goes P-MD.
     full = snapshot(mains=(MainCandidate("m0", 0, BUSY, 0),), relays=(RelayCandidate("r", 1.0),))
-    assert plan(full, 1000, 64, POLICY).decision.rule == "relay_busy"
+    assert place(full, 1000, 64, POLICY).decision.rule == "relay_busy"
     # The relative objective (no SLO) compares the KV's wait with the handoff gap given.
     relative = PipelinePolicy(PipelinePolicyConfig())
-    assert plan(snapshot(handoff_gap_s=0.05), 1000, 64, relative).decision.pipeline == "P-RLD-MD"
-    assert plan(snapshot(handoff_gap_s=5.0), 1000, 64, relative).decision.pipeline == "P-MD"
+    assert place(snapshot(handoff_gap_s=0.05), 1000, 64, relative).decision.pipeline == "P-RLD-MD"
+    assert place(snapshot(handoff_gap_s=5.0), 1000, 64, relative).decision.pipeline == "P-MD"
 
 
 def test_failover_without_main_or_relay_decode():
-    no_main = plan(snapshot(mains=()), 1000, 64, POLICY)
+    no_main = place(snapshot(mains=()), 1000, 64, POLICY)
     assert (no_main.decision.pipeline, no_main.decision.rule, no_main.main) == (
         "P-RLD",
         "failover",
@@ -89,7 +89,7 @@ def test_failover_without_main_or_relay_decode():
     )
     assert math.isinf(no_main.decision.est_main_ready_s)
     slow = (MainCandidate("m0", 0, BUSY, 0),)
-    no_relay = plan(snapshot(mains=slow, relays=()), 1000, 64, POLICY)
+    no_relay = place(snapshot(mains=slow, relays=()), 1000, 64, POLICY)
     assert (no_relay.decision.pipeline, no_relay.decision.rule, no_relay.relay) == (
         "P-MD",
         "failover",
@@ -97,9 +97,9 @@ def test_failover_without_main_or_relay_decode():
     )
     assert no_relay.decision.reason.startswith("no Relay-Decode left")
     with pytest.raises(ValueError, match="no instance left"):
-        plan(snapshot(prefills=()), 1000, 64, POLICY)
+        place(snapshot(prefills=()), 1000, 64, POLICY)
     with pytest.raises(ValueError, match="no instance left"):
-        plan(snapshot(mains=(), relays=()), 1000, 64, POLICY)
+        place(snapshot(mains=(), relays=()), 1000, 64, POLICY)
 
 
 def test_moving_average_starts_at_its_prior_or_first_sample():
@@ -113,7 +113,7 @@ def test_moving_average_starts_at_its_prior_or_first_sample():
 
 
 def test_the_pace_ratio_is_mds_seconds_per_id_over_rlds_within_bounds():
-    from sglang_pdd.policy.planner import PACE_RATIO_BOUNDS, pace_ratio
+    from sglang_pdd.policy.placement import PACE_RATIO_BOUNDS, pace_ratio
 
     assert pace_ratio(None, 0.01) == pace_ratio(0.01, None) == pace_ratio(0.0, 0.01) == 1.0
     assert pace_ratio(0.005, 0.010) == pytest.approx(0.5)
@@ -124,8 +124,8 @@ def test_the_pace_ratio_is_mds_seconds_per_id_over_rlds_within_bounds():
 def test_the_snapshots_pace_ratio_reaches_the_relative_objective():
     """A relay that pays at equal paces does not once RLD is four times slower than MD."""
     relative = PipelinePolicy(PipelinePolicyConfig())
-    equal = plan(snapshot(handoff_gap_s=0.2), 1000, 64, relative)
-    slow_relay = plan(snapshot(handoff_gap_s=0.2, pace_ratio=0.25), 1000, 64, relative)
+    equal = place(snapshot(handoff_gap_s=0.2), 1000, 64, relative)
+    slow_relay = place(snapshot(handoff_gap_s=0.2, pace_ratio=0.25), 1000, 64, relative)
     assert (equal.decision.pipeline, slow_relay.decision.pipeline) == ("P-RLD-MD", "P-MD")
 
 
@@ -134,12 +134,12 @@ def test_the_chosen_prefills_backlog_reaches_the_policy():
     not the least busy P's."""
     sharing = PipelinePolicy(PipelinePolicyConfig(ttft_slo_s=0.1, relay_shares_prefill=True))
     busy_hit = (PrefillCandidate("p0", 0, 0, 0.0), PrefillCandidate("p1", 512, 0, 3.0))
-    chosen = plan(snapshot(prefills=busy_hit), 1000, 64, sharing)
+    chosen = place(snapshot(prefills=busy_hit), 1000, 64, sharing)
     assert (chosen.prefill, chosen.decision.pipeline, chosen.decision.rule) == (
         "p1",
         "P-MD",
         "prefill_busy",
     )
     idle_hit = (PrefillCandidate("p0", 0, 0, 3.0), PrefillCandidate("p1", 512, 0, 0.0))
-    chosen = plan(snapshot(prefills=idle_hit), 1000, 64, sharing)
+    chosen = place(snapshot(prefills=idle_hit), 1000, 64, sharing)
     assert (chosen.prefill, chosen.decision.pipeline) == ("p1", "P-RLD-MD")
