@@ -1,6 +1,6 @@
 """Reproduce the brief's PDD table with the simulator and print it beside the brief's figures.
 
-    python3 benchmark/sim_reproduce.py [--duration 600] [--warmup 200] [--json OUT] [--quick]
+    python3 benchmark/run.py sim-reproduce [--duration 600] [--warmup 200] [--json OUT] [--quick]
 
 Conditions (docs/simulator.md states every constant): agentic sessions with contexts up to 64K
 tokens, ~90% mean prefix hit with a skewed distribution, outputs under 1K; chips A and B and the
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sglang_pdd.sim.capacity import max_sustainable_load  # noqa: E402
 from sglang_pdd.sim.config import PoolSpec  # noqa: E402
 from sglang_pdd.sim.defaults import default_sim_config  # noqa: E402
-from sglang_pdd.sim.planner import (  # noqa: E402
+from sglang_pdd.sim.capacity_planner import (  # noqa: E402
     PlanBounds,
     Planner,
     pdd_templates,
