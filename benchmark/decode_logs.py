@@ -6,7 +6,7 @@ log folder (``benchmark/testbed.py`` prints it), this prints the median throughp
 lines with transfers in flight and over those without, per server (e.g. PDD's Main-Decode
 ``main``, cross-DC PD's decode server ``cross-dc-decode``):
 
-    python benchmark/decode_logs.py /tmp/sglang-pdd-testbed-XXXX/logs-8mbps
+    python benchmark/run.py decode-logs /tmp/sglang-pdd-testbed-XXXX/logs-8mbps
 
 ``--step-times`` prints instead, per server and per stretch of decoding (a contender's run: lines
 with no gap over ``--gap-s`` between them), the median time of one decode step at each batch

@@ -1,6 +1,6 @@
 """Where PDD's answers gain or lose time against the same turns through cross-DC PD.
 
-    python benchmark/e2e_vs_cross_dc.py out/testbed.json
+    python benchmark/run.py e2e-vs-cross-dc out/testbed.json
 
 reads a ``benchmark/testbed.py`` JSON (with the ``pdd`` and ``cross-dc`` contenders) and prints,
 per load point and PDD pipeline, how many PDD answers finished before their cross-DC twin and

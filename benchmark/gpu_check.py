@@ -16,8 +16,8 @@
 Everything it writes goes under ``--out`` (a few KB): ``gpu_check.json`` (every timing),
 ``chip_profile.yaml`` and ``gpu_check.txt`` (what it printed).
 
-    python benchmark/gpu_check.py --device cuda --out $OUT            # on the lent machine
-    python benchmark/gpu_check.py --device cpu --model tiny --quick --out /tmp/gc   # smoke test
+    python benchmark/run.py gpu-check --device cuda --out $OUT            # on the lent machine
+    python benchmark/run.py gpu-check --device cpu --model tiny --quick --out /tmp/gc   # smoke test
 
 The attention of a chunk over a cached prefix is timed as two fused attention calls (the chunk
 against the prefix, and causally against itself) whose outputs are added, not merged by their

@@ -14,9 +14,9 @@ stall against handed-off length.
 model shape, N new tokens attending to a context, on ``--device`` (``cuda`` on a GPU machine),
 beside the time to copy the same KV over links of given speeds.
 
-    bash scripts/with-env.sh python benchmark/handoff.py
-    bash scripts/with-env.sh python benchmark/handoff.py --handed 1,100,1000 --contexts 1000,6000
-    python benchmark/handoff.py --extend-only --model llama-3-8b --device cuda
+    bash scripts/with-env.sh python benchmark/run.py handoff
+    bash scripts/with-env.sh python benchmark/run.py handoff --handed 1,100,1000 --contexts 1000,6000
+    python benchmark/run.py handoff --extend-only --model llama-3-8b --device cuda
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ routers in front of the same cluster (sharing P's transfer ledger; streams dealt
 turn, as a TCP load balancer would), and each path's throughput (tokens per second of wall
 time) is printed beside the rest.
 
-    bash scripts/with-env.sh python benchmark/router_overhead.py --streams 16,100
-    bash scripts/with-env.sh python benchmark/router_overhead.py --streams 64 --routers 1,2
+    bash scripts/with-env.sh python benchmark/run.py router-overhead --streams 16,100
+    bash scripts/with-env.sh python benchmark/run.py router-overhead --streams 64 --routers 1,2
 """
 
 from __future__ import annotations

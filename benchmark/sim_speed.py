@@ -1,6 +1,6 @@
 """Simulator speed: one hour of the Mooncake conversation trace (12,031 requests) per contender.
 
-    python3 benchmark/sim_speed.py [--trace PATH] [--contender NAME ...]
+    python3 benchmark/run.py sim-speed [--trace PATH] [--contender NAME ...]
 
 Prints wall-clock seconds per contender (single process, one core) and the target: under a
 minute for the hour. A benchmark, not a test: it asserts nothing about timing.

@@ -17,7 +17,7 @@ contender, measured vs simulated, each goal figure marked within or over 10%. A
 4. prints measured vs predicted TTFT P50/P90 per contender against the goal (within 20%), and
    what the measurements say about the gaps.
 
-    python benchmark/sim_vs_testbed.py --testbed-json out/testbed.json \
+    python benchmark/run.py sim-vs-testbed --testbed-json out/testbed.json \
         --json out/sim_vs_testbed.json
 """
 

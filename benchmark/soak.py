@@ -14,7 +14,7 @@ every instance once the router has settled (must be 0), the faults injected, and
 migrated requests added (their end-to-end time over what an unmigrated request of their
 length took: P50/P99).
 
-    bash scripts/with-env.sh python benchmark/soak.py --requests 500 --rate 1.5
+    bash scripts/with-env.sh python benchmark/run.py soak --requests 500 --rate 1.5
 """
 
 from __future__ import annotations
