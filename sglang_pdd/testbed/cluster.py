@@ -53,6 +53,8 @@ class PddClusterConfig:
     seeded_sampling: bool = False
     # The router parses OpenAI tool calls with this SGLang parser (its --tool-call-parser).
     tool_call_parser: str | None = None
+    # ... and separates reasoning with this one (its --reasoning-parser).
+    reasoning_parser: str | None = None
     # Emulated accelerators (chip A in datacenter A, chip B in B); None: the CPU as it is.
     emulation: ChipEmulation | None = None
     # P sends datacenter B's KV through its second Mooncake engine (--pdd-wan-transport tcp)
@@ -399,7 +401,7 @@ def start_router(
     """Start a(nother) router in front of ``cluster``; ``overrides`` replace config fields
     (``handoff_mode``, ``catchup_threshold``, ``catchup_chunk``, ``ttft_slo_s``,
     ``upstream_keepalive_s``, ``auto_relay_busy_fraction``, ``upstream_idle_timeout_s``,
-    ``seeded_sampling``, ``tool_call_parser``, ``api_key``, ``admin_api_key``,
+    ``seeded_sampling``, ``tool_call_parser``, ``reasoning_parser``, ``api_key``, ``admin_api_key``,
     ``handoff_retry_s``, ``migration_limit``,
     ``control_curve`` (a (secret file, MD public key file) pair),
     ``control_timeout_s``, ``handoff_gap_prior_s``, ``tail_on_relay``, ``handoff_switch``,
@@ -460,6 +462,7 @@ def router_options(cfg: PddClusterConfig) -> dict:
         "upstream_idle_timeout_s": 600.0,
         "seeded_sampling": cfg.seeded_sampling,
         "tool_call_parser": cfg.tool_call_parser,
+        "reasoning_parser": cfg.reasoning_parser,
         "api_key": None,
         "admin_api_key": None,
         "handoff_retry_s": HANDOFF_RETRY_S,

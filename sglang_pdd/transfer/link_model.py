@@ -7,7 +7,11 @@ the bytes already queued ahead. This model keeps, per Main-Decode:
 * the transfers in flight (dispatched, KV not yet landed) and their bytes: the queue ahead;
 * a fit of observed transfer times ``d ~ overhead + (bytes ahead + bytes) / throughput`` over
   recent transfers (exponentially forgotten), seeded with the operator's prior so that the first
-  decisions are sane before anything was observed.
+  decisions are sane before anything was observed. The throughput is a least-squares slope; the
+  overhead is the smallest residual of the recent transfers: the link's fixed cost. A transfer
+  that also waited elsewhere (its room on P queued behind other prompts' prefills) took longer
+  than the link alone; a mean would carry that wait into every later estimate, also when P is
+  idle, and make every prompt look slow to reach MD.
 
 It is clock-agnostic (callers pass ``now``), so the router (wall clock) and the simulator
 (simulated clock) use the same object.
@@ -16,10 +20,16 @@ It is clock-agnostic (callers pass ``now``), so the router (wall clock) and the 
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from sglang_pdd.policy.pipeline import LinkEstimate
+
+
+# Observations the overhead (the smallest recent residual) is taken over: enough that one
+# transfer which waited elsewhere cannot set it, few enough to follow a changed path.
+RECENT_OBSERVATIONS = 16
 
 
 @dataclass(frozen=True)
@@ -82,6 +92,8 @@ class LiveLinkModel:
         # Exponentially forgotten sums of (x = bytes through the bottleneck, y = seconds).
         self._sw = self._sx = self._sy = self._sxx = self._sxy = 0.0
         self._prior_slope = 1.0 / config.prior_bandwidth_bytes_per_s
+        # The last observations' (bytes through the bottleneck, seconds), for the overhead.
+        self._recent: deque[tuple[float, float]] = deque(maxlen=RECENT_OBSERVATIONS)
         self.observations = 0
         # Bytes others put on this path that this model did not start (another router's, as a
         # shared transfer ledger reports them); None: this model sees every transfer.
@@ -107,7 +119,8 @@ class LiveLinkModel:
 
     def _fit(self) -> tuple[float, float]:
         """(overhead seconds, seconds per byte): the prior until transfers of a few different
-        sizes were seen, then a weighted least-squares fit of the recent ones."""
+        sizes were seen, then a weighted least-squares fit of the recent ones, refitted on
+        those at or below its median residual; the overhead is the smallest residual."""
         if self._sw == 0:
             return self.config.prior_rtt_s, self._prior_slope
         mean_x, mean_y = self._sx / self._sw, self._sy / self._sw
@@ -116,10 +129,11 @@ class LiveLinkModel:
             slope = self._prior_slope  # too little spread in sizes to tell rate from overhead
         else:
             slope = (self._sxy / self._sw - mean_x * mean_y) / var_x
+            slope = _lower_half_slope(self._recent, slope)
         # A link is never faster than 20x or slower than 1/20 of the prior: keeps odd samples
         # (a transfer stuck behind a slow prefill) from wrecking the estimate.
         slope = min(max(slope, self._prior_slope / 20), self._prior_slope * 20)
-        overhead = max(mean_y - slope * mean_x, 0.0)
+        overhead = max(min(y - slope * x for x, y in self._recent), 0.0)
         return overhead, slope
 
     @property
@@ -181,9 +195,26 @@ class LiveLinkModel:
         self._sy = f * self._sy + y
         self._sxx = f * self._sxx + x * x
         self._sxy = f * self._sxy + x * y
+        self._recent.append((x, y))
         self.observations += 1
         return LinkObservation(key, t.nbytes, took, t.predicted_s)
 
     def cancel(self, key: object) -> None:
         """Forget a transfer that will never land (its request failed); nothing is learned."""
         self._inflight.pop(key, None)
+
+
+def _lower_half_slope(points, slope: float) -> float:
+    """The least-squares slope of the ``points`` at or below the median residual of ``slope``'s
+    line: transfers that also waited elsewhere lie above it and would tilt the rate
+    (``slope`` itself when the lower half has too little spread in sizes)."""
+    residuals = sorted(y - slope * x for x, y in points)
+    median = residuals[(len(residuals) - 1) // 2]
+    low = [(x, y) for x, y in points if y - slope * x <= median]
+    n = len(low)
+    mean_x = sum(x for x, _ in low) / n
+    mean_y = sum(y for _, y in low) / n
+    var_x = sum((x - mean_x) ** 2 for x, _ in low) / n
+    if n < 2 or var_x <= 1e-6 * max(mean_x * mean_x, 1.0):
+        return slope
+    return sum((x - mean_x) * (y - mean_y) for x, y in low) / n / var_x

@@ -70,3 +70,17 @@ def test_prefills_measured_bytes_are_a_floor_under_the_claimed_queue():
     assert model.predict_s(1e5) == pytest.approx(0.2 + 1.0)
     measured[0] = 1e4
     assert model.queued_bytes == 3e5
+
+
+def test_transfers_that_waited_elsewhere_do_not_slow_every_later_estimate():
+    """Some transfers wait behind P's other prefills before their bytes move: the overhead
+    stays the link's fixed cost, not the mean of those waits."""
+    model = LiveLinkModel(PRIOR)
+    t = 0.0
+    for i, size in enumerate([1e5, 4e5, 2e5, 8e5, 3e5, 6e5] * 2):
+        model.start(i, size, now=t)
+        waited = 5.0 if i % 3 == 0 else 0.0  # a third of them queued 5 s on P first
+        t += waited + 0.2 + size / 1e6
+        model.finish(i, now=t)
+    assert model.overhead_s == pytest.approx(0.2, abs=0.05)
+    assert model.predict_s(1e5) < 0.5
