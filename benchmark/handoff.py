@@ -15,7 +15,8 @@ model shape, N new tokens attending to a context, on ``--device`` (``cuda`` on a
 beside the time to copy the same KV over links of given speeds.
 
     bash scripts/with-env.sh python benchmark/run.py handoff
-    bash scripts/with-env.sh python benchmark/run.py handoff --handed 1,100,1000 --contexts 1000,6000
+    bash scripts/with-env.sh python benchmark/run.py handoff \
+        --handed 1,100,1000 --contexts 1000,6000
     python benchmark/run.py handoff --extend-only --model llama-3-8b --device cuda
 """
 

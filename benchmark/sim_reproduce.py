@@ -30,8 +30,6 @@ from tqdm import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sglang_pdd.sim.capacity import max_sustainable_load  # noqa: E402
-from sglang_pdd.sim.config import PoolSpec  # noqa: E402
-from sglang_pdd.sim.defaults import default_sim_config  # noqa: E402
 from sglang_pdd.sim.capacity_planner import (  # noqa: E402
     PlanBounds,
     Planner,
@@ -39,6 +37,8 @@ from sglang_pdd.sim.capacity_planner import (  # noqa: E402
     plan_best,
     same_dc_templates,
 )
+from sglang_pdd.sim.config import PoolSpec  # noqa: E402
+from sglang_pdd.sim.defaults import default_sim_config  # noqa: E402
 from sglang_pdd.sim.runner import run_contender  # noqa: E402
 from sglang_pdd.sim.workload import (  # noqa: E402
     AgenticWorkloadConfig,
