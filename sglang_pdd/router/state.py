@@ -15,7 +15,14 @@ from aiohttp import web
 
 from sglang_pdd.cache.kv_size import dtype_bytes, kv_bytes_per_token
 from sglang_pdd.cache.prefix_blocks import BlockPrefixCache, block_hashes, common_prefix_blocks
-from sglang_pdd.policy import PIPELINE_P_RLD, HandoffPolicy, LinkEstimate, PipelinePolicy, placement
+from sglang_pdd.policy import (
+    PIPELINE_P_RLD,
+    HandoffPolicy,
+    LinkEstimate,
+    PipelineDecision,
+    PipelinePolicy,
+    placement,
+)
 from sglang_pdd.policy.placement import (
     PREFILL_PRIOR_S,
     ClusterSnapshot,
@@ -333,7 +340,9 @@ class RouterState:
                     extra_backlog = dep.nbytes  # promoted ahead of this request's own KV
         return MainPlan(site, hashes, cached, covered, dep, carries, extra_backlog)
 
-    def route(self, input_ids: list[int], max_new_tokens: int, avoid: frozenset[str] = frozenset()):
+    def route(
+        self, input_ids: list[int], max_new_tokens: int, avoid: frozenset[str] = frozenset()
+    ) -> RoutedRequest:
         """``_route`` without the instances out of rotation (``health``), unless that leaves no
         prefill or decoding instance: then they are tried all the same."""
         down = self.health.out_of_rotation()
@@ -344,7 +353,9 @@ class RouterState:
                 pass
         return self._route(input_ids, max_new_tokens, avoid)
 
-    def _route(self, input_ids: list[int], max_new_tokens: int, avoid: frozenset[str]):
+    def _route(
+        self, input_ids: list[int], max_new_tokens: int, avoid: frozenset[str]
+    ) -> RoutedRequest:
         """Pick the pipeline and the instances for a request (``policy.placement.place`` on a
         snapshot of the instances not in ``avoid``).
 
@@ -393,11 +404,11 @@ class RouterState:
         self.prefill_cache[chosen.prefill].insert(hashes)
         if chosen.main is None:  # every Main-Decode failed this request: RLD finishes it
             main = next(iter(self.mains.values()))
-            return chosen.decision, (chosen.prefill, chosen.relay, main), None
+            return RoutedRequest(chosen.decision, chosen.prefill, chosen.relay, main)
         mp = main_plans[chosen.main]
         if chosen.decision.pipeline == PIPELINE_P_RLD:
-            return chosen.decision, (chosen.prefill, chosen.relay, mp.site), None
-        return chosen.decision, (chosen.prefill, chosen.relay, mp.site), mp
+            return RoutedRequest(chosen.decision, chosen.prefill, chosen.relay, mp.site)
+        return RoutedRequest(chosen.decision, chosen.prefill, chosen.relay, mp.site, mp)
 
     @staticmethod
     def _link(site: MainSite, mp: MainPlan) -> LinkEstimate:
@@ -429,3 +440,19 @@ class MainPlan:
 
 # The aiohttp application key under which the router's handlers find the RouterState.
 STATE = web.AppKey("state", RouterState)
+
+
+@dataclass(frozen=True)
+class RoutedRequest:
+    """Where ``RouterState.route`` sends one request: its pipeline and its instances.
+
+    prefill, relay: P's and RLD's URLs (relay None when no Relay-Decode is left); main: the
+    Main-Decode site the request is counted on (with P-RLD, the one placement chose, or the first
+    when every Main-Decode failed it); main_plan: how its KV reaches that site (None with P-RLD).
+    """
+
+    decision: PipelineDecision
+    prefill: str
+    relay: str | None
+    main: MainSite
+    main_plan: MainPlan | None = None

@@ -37,32 +37,28 @@ def state():
 def test_md_with_the_prompt_cached_wins_then_the_least_busy(state):
     ids = list(range(1000))
     state.mains["http://m1:1"].confirm_cached(ids)
-    decision, (_, _, main), plan = state.route(ids + [7] * 20, 64)
-    assert main.url == "http://m1:1" and plan.cached_tokens >= 992
+    routed = state.route(ids + [7] * 20, 64)
+    assert routed.main.url == "http://m1:1" and routed.main_plan.cached_tokens >= 992
     # A cold prompt: both MDs would be equally late; the one serving fewer requests wins.
     state.mains["http://m0:1"].active = 3
-    _, (_, _, main), _ = state.route([5] * 800, 64)
-    assert main.url == "http://m1:1"
+    assert state.route([5] * 800, 64).main.url == "http://m1:1"
     state.mains["http://m0:1"].active, state.mains["http://m1:1"].active = 0, 2
-    _, (_, _, main), _ = state.route([6] * 800, 64)
-    assert main.url == "http://m0:1"
+    assert state.route([6] * 800, 64).main.url == "http://m0:1"
 
 
 def test_prefill_by_prefix_hit_then_load_and_relay_by_load(state):
     ids = list(range(500))
-    _, (first_p, _, _), _ = state.route(ids, 64)
+    first_p = state.route(ids, 64).prefill
     state.prefill_active[first_p] = 5  # busy, but it holds the prefix
-    _, (p, _, _), _ = state.route(ids + [1, 2, 3], 64)
-    assert p == first_p
+    assert state.route(ids + [1, 2, 3], 64).prefill == first_p
     other = next(u for u in P if u != first_p)
-    _, (p, _, _), _ = state.route([9] * 300, 64)
-    assert p == other  # nothing cached anywhere: the idle one
+    assert state.route([9] * 300, 64).prefill == other  # nothing cached anywhere: the idle one
     state.relay_loads.update({RLD[0]: 0.9, RLD[1]: 0.1})
-    assert {state.route([8] * 100, 64)[1][1] for _ in range(4)} == {RLD[1]}
+    assert {state.route([8] * 100, 64).relay for _ in range(4)} == {RLD[1]}
 
 
 def test_decision_reason_names_the_estimates(state):
-    decision, _, _ = state.route(list(range(3000)), 64)
+    decision = state.route(list(range(3000)), 64).decision
     assert decision.pipeline == "P-RLD-MD" and decision.rule == "over_slo"
     assert "1536 kB" in decision.reason and "SLO 0.5s" in decision.reason
 
@@ -97,17 +93,20 @@ def test_failed_instances_are_avoided_down_to_what_is_left(state):
     ids = list(range(3000))  # over the SLO: P-RLD-MD when everything is up
     failed = frozenset({"http://m0:1", RLD[0], P[0]})
     for _ in range(4):
-        decision, (p, rld, md), _ = state.route(ids, 64, failed)
-        assert (p, rld, md.url, decision.pipeline) == (P[1], RLD[1], "http://m1:1", "P-RLD-MD")
+        r = state.route(ids, 64, failed)
+        assert (r.prefill, r.relay, r.main.url, r.decision.pipeline) == (
+            P[1],
+            RLD[1],
+            "http://m1:1",
+            "P-RLD-MD",
+        )
     # No Main-Decode left: Relay-Decode finishes the request.
-    decision, (_, rld, _), main_plan = state.route(
-        ids, 64, frozenset({"http://m0:1", "http://m1:1"})
-    )
-    assert (decision.pipeline, decision.rule, main_plan) == ("P-RLD", "failover", None)
-    assert rld in RLD
+    r = state.route(ids, 64, frozenset({"http://m0:1", "http://m1:1"}))
+    assert (r.decision.pipeline, r.decision.rule, r.main_plan) == ("P-RLD", "failover", None)
+    assert r.relay in RLD
     # No Relay-Decode left: Main-Decode takes the request from P directly.
-    decision, (_, rld, _), _ = state.route(ids, 64, frozenset(RLD))
-    assert (decision.pipeline, decision.rule, rld) == ("P-MD", "failover", None)
+    r = state.route(ids, 64, frozenset(RLD))
+    assert (r.decision.pipeline, r.decision.rule, r.relay) == ("P-MD", "failover", None)
     with pytest.raises(ValueError, match="no instance left"):
         state.route(ids, 64, frozenset(P))
 
@@ -121,5 +120,5 @@ def test_measured_paces_give_the_planner_mds_seconds_per_id_over_rlds(state):
     state.note_main_itl("http://m1:1", 0.006)
     assert state.pace_ratio(urls) == pytest.approx(0.5)  # the MDs' mean over RLD's
     assert state.pace_ratio(["http://m0:1"]) == pytest.approx(0.4)
-    decision, _, _ = state.route(list(range(1000)), 64)
+    decision = state.route(list(range(1000)), 64).decision
     assert "MD/RLD" not in decision.reason  # an SLO is set: the ratio is not used

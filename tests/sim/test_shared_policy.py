@@ -126,9 +126,9 @@ def test_router_and_simulator_plan_through_one_function(monkeypatch):
         state.kv_bytes_per_token = 512
         return state.route(list(range(300)), 64)
 
-    decision, (prefill, relay, main), _ = asyncio.run(route())
+    routed = asyncio.run(route())
     snap, chosen = calls[-1]
-    assert (decision, prefill, relay, main.url) == (
+    assert (routed.decision, routed.prefill, routed.relay, routed.main.url) == (
         chosen.decision,
         chosen.prefill,
         chosen.relay,

@@ -19,6 +19,7 @@ from sglang_pdd.policy.placement import PACE_MIN_GAPS
 from sglang_pdd.router.instances.transfers import DEFERRED
 from sglang_pdd.router.pipeline.record import Finished, PddRecord, TokenDelta, token_logprobs
 from sglang_pdd.router.pipeline.relayed import RelayedPipeline, take_ready_event
+from sglang_pdd.router.state import RoutedRequest, RouterState
 from sglang_pdd.router.upstream.calls import UpstreamError, abort, post_json, stream_sse
 from sglang_pdd.router.upstream.chunk_queue import END as _END
 from sglang_pdd.router.upstream.chunk_queue import InlineStream, PumpedStream
@@ -57,15 +58,15 @@ class _Gaps:
 class PddRequestRun(RelayedPipeline):
     """Drive one request; iterate ``events()`` for ``TokenDelta``s and a final ``Finished``."""
 
-    def __init__(self, router, body: dict, rid: str, decision, instances, main_plan=None) -> None:
+    def __init__(self, router: RouterState, body: dict, rid: str, routed: RoutedRequest) -> None:
         self.router = router
         self.body = body  # /generate body with input_ids and sampling_params
         self.rid = rid  # the client's (a label, in logs and GET /pdd/requests)
         self.ids = SubRids.fresh()  # this run's rids on each instance
-        self.decision = decision
-        self.prefill_url, self.relay_url, self.main = instances
+        self.decision = decision = routed.decision
+        self.prefill_url, self.relay_url, self.main = routed.prefill, routed.relay, routed.main
         self.site = router.site(self.main)
-        self.main_plan = main_plan  # how the KV reaches MD (None: P-RLD)
+        self.main_plan = routed.main_plan  # how the KV reaches MD (None: P-RLD)
         self.record = PddRecord(
             pipeline=decision.pipeline,
             reason=decision.reason,

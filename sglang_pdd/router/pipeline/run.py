@@ -49,9 +49,9 @@ class ClientRun:
             raise UpstreamError(400, {"error": {"message": bad, "code": 400}})
         self.body = {"input_ids": input_ids, "sampling_params": sampling, **extra}
         max_new = max_new_tokens(sampling)
-        decision, instances, main_plan = state.route(input_ids, max_new)
-        state.metrics.requests.labels(decision.pipeline, decision.rule).inc()
-        self.run = PddRequestRun(state, self.body, self.rid, decision, instances, main_plan)
+        routed = state.route(input_ids, max_new)
+        state.metrics.requests.labels(routed.decision.pipeline, routed.decision.rule).inc()
+        self.run = PddRequestRun(state, self.body, self.rid, routed)
         state.live[self.rid] = self.run.record
         self.emitted: list[int] = []  # output ids the client has been sent
         self.migrations: list[str] = []  # why each earlier run of this request was left
@@ -174,9 +174,7 @@ class ClientRun:
         body = continuation(self.body, self.emitted)
         left = body["sampling_params"]["max_new_tokens"]
         try:
-            decision, instances, main_plan = self.state.route(
-                body["input_ids"], left, frozenset(self.failed)
-            )
+            routed = self.state.route(body["input_ids"], left, frozenset(self.failed))
         except ValueError as no_instance:
             logger.warning("sglang-pdd router: %s: %s; %s", self.rid, reason, no_instance)
             raise exc from None
@@ -185,15 +183,15 @@ class ClientRun:
             "sglang-pdd router: %s: %s; continuing %s from %d ids (migration %d)",
             self.rid,
             reason,
-            decision.pipeline,
+            routed.decision.pipeline,
             len(self.emitted),
             len(self.migrations),
         )
-        self.state.metrics.requests.labels(decision.pipeline, "migration").inc()
+        self.state.metrics.requests.labels(routed.decision.pipeline, "migration").inc()
         self.state.metrics.migrations.inc()
         await old.abort_everywhere()
         await old.close()
-        run = PddRequestRun(self.state, body, self.rid, decision, instances, main_plan)
+        run = PddRequestRun(self.state, body, self.rid, routed)
         run.prompt_tokens = len(self.body["input_ids"])  # the client's prompt, not the replay
         run.record.migrations = list(self.migrations)
         self.run = run

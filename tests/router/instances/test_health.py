@@ -17,13 +17,12 @@ def test_planning_leaves_out_instances_out_of_rotation_unless_nothing_is_left(st
     state.health.mark_down("http://m0:1")
     state.health.mark_down(RLD[0])
     for _ in range(4):
-        decision, (_, rld, md), _ = state.route(ids, 64)
-        assert (rld, md.url, decision.pipeline) == (RLD[1], "http://m1:1", "P-RLD-MD")
+        r = state.route(ids, 64)
+        assert (r.relay, r.main.url, r.decision.pipeline) == (RLD[1], "http://m1:1", "P-RLD-MD")
     # Every prefill out of rotation: they are tried all the same (better than no answer).
     for url in P:
         state.health.mark_down(url)
-    _, (p, _, _), _ = state.route(ids, 64)
-    assert p in P
+    assert state.route(ids, 64).prefill in P
 
 
 def test_the_probe_puts_an_instance_back_once_its_health_answers():
