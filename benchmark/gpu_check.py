@@ -433,7 +433,33 @@ def nominal(device: str, peak: float | None, bw: float | None) -> tuple[str, flo
     return name.replace(" ", "-"), peak, bw, memory_gb
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(frozen=True)
+class Sizes:
+    """The chip's nominal figures and the sizes a run times."""
+
+    chip: str
+    peak: float
+    bw: float
+    memory_gb: float
+    contexts: list[int]
+    chunks: list[int]
+    batches: list[int]
+    handoff_contexts: list[int]
+
+
+class Say:
+    """Print a line and keep it for ``gpu_check.txt``."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, line: str) -> None:
+        print(line, flush=True)
+        self.lines.append(line)
+
+
+def parse_args(argv: list[str] | None):
+    """The flags, checked."""
     parser = shared_flags.parser(__doc__.split("\n\n")[0], raw=False)
     shared_flags.device(parser, "cuda")
     parser.add_argument("--model", default="llama-3-8b", choices=sorted(SHAPES))
@@ -447,34 +473,39 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.stack_layers < 1 or args.repeats < 1:
         raise SystemExit("--stack-layers and --repeats must be >= 1")
+    return args
 
-    import torch
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    shape = SHAPES[args.model]
-    dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
-    dtype_bytes = torch.empty((), dtype=dtype).element_size()
+def run_sizes(args) -> Sizes:
+    """The nominal figures and sizes: tiny ones with ``--quick``, else the device's."""
     if args.quick:
-        peak, bw = args.peak_tflops or 1.0, args.memory_bw_gbs or 20.0
-        chip, memory_gb = "cpu", 64.0
-        contexts, chunks, batches = [0, 256, 1024], [16, 64, 256], [1, 4, 16]
-        handoff_contexts = [1024]
-    else:
-        chip, peak, bw, memory_gb = nominal(args.device, args.peak_tflops, args.memory_bw_gbs)
-        contexts, chunks, batches = [0, 8192, 32768], [512, 2048, 8192], [1, 8, 32, 128]
-        handoff_contexts = [8192, 32768, BRIEF_CONTEXT]
-    report: list[str] = []
+        return Sizes(
+            chip="cpu",
+            peak=args.peak_tflops or 1.0,
+            bw=args.memory_bw_gbs or 20.0,
+            memory_gb=64.0,
+            contexts=[0, 256, 1024],
+            chunks=[16, 64, 256],
+            batches=[1, 4, 16],
+            handoff_contexts=[1024],
+        )
+    chip, peak, bw, memory_gb = nominal(args.device, args.peak_tflops, args.memory_bw_gbs)
+    return Sizes(
+        chip=chip,
+        peak=peak,
+        bw=bw,
+        memory_gb=memory_gb,
+        contexts=[0, 8192, 32768],
+        chunks=[512, 2048, 8192],
+        batches=[1, 8, 32, 128],
+        handoff_contexts=[8192, 32768, BRIEF_CONTEXT],
+    )
 
-    def say(line: str) -> None:
-        print(line, flush=True)
-        report.append(line)
 
-    start = time.monotonic()
-    say(f"gpu_check: {args.model} ({shape.layers} layers) on {args.device} ({chip}), {dtype}")
-    say(f"ls /sys/class/infiniband: {infiniband()}")
-    stack = Stack(shape, min(args.stack_layers, shape.layers), args.device, dtype)
-
+def time_handoff(say: Say, stack: Stack, args, sizes: Sizes, dtype, dtype_bytes: int):
+    """The handoff's copies into a paged cache, its WAN times and its extends: (extends,
+    copy seconds by which KV)."""
+    shape = stack.shape
     say(
         f"\nhandoff of {BRIEF_HANDED} ids (brief: extend {BRIEF_EXTEND_MS} ms; WAN "
         f"{BRIEF_WAN_MS[0]} ms mean, {BRIEF_WAN_MS[1]} ms max, + {BRIEF_COPY_MS} ms copy)"
@@ -499,46 +530,93 @@ def main(argv: list[str] | None = None) -> int:
             f"  WAN time of the brief's KV at {gbps:g} Gbit/s: "
             f"{BRIEF_KV_BYTES * 8 / (gbps * 1e9) * 1e3:.1f} ms (+ RTT)"
         )
-    for context in handoff_contexts:
+    for context in sizes.handoff_contexts:
         seconds = stack.time(1, BRIEF_HANDED, context, args.repeats)
         handoff.append({"context": context, "extend_s": seconds})
         say(f"  extend over {BRIEF_HANDED} ids at context {context}: {seconds * 1e3:.2f} ms")
+    return handoff, copies
 
+
+def time_prefill(say: Say, stack: Stack, sizes: Sizes, repeats: int) -> list[PrefillPoint]:
+    """Prefill forwards: one request's new tokens over each cached prefix."""
     say("\nprefill forwards (one request: new tokens over a cached prefix)")
     prefill = []
-    for context in contexts:
-        for new in chunks:
-            p = PrefillPoint(new, context, stack.time(1, new, context, args.repeats))
+    for context in sizes.contexts:
+        for new in sizes.chunks:
+            p = PrefillPoint(new, context, stack.time(1, new, context, repeats))
             prefill.append(p)
             say(f"  new {new:6} context {context:6}: {p.seconds * 1e3:9.2f} ms")
+    return prefill
+
+
+def time_decode(say: Say, stack: Stack, sizes: Sizes, repeats: int) -> list[DecodePoint]:
+    """Decode forwards: a batch of one token each over each request's context."""
     say("\ndecode forwards (batch x one token over each request's context)")
     decode = []
-    for context in contexts[1:] or contexts:
-        for batch in batches:
+    for context in sizes.contexts[1:] or sizes.contexts:
+        for batch in sizes.batches:
             if batch * context > (1 << 21):  # the KV tensor stays under a few GB
                 continue
-            p = DecodePoint(batch, context, stack.time(batch, 1, context, args.repeats))
+            p = DecodePoint(batch, context, stack.time(batch, 1, context, repeats))
             decode.append(p)
             say(f"  batch {batch:4} context {context:6}: {p.seconds * 1e3:9.2f} ms")
+    return decode
 
+
+def fit_and_write_profile(
+    say: Say, args, sizes: Sizes, prefill, decode, dtype_bytes: int, out: Path
+) -> Fit | None:
+    """Fit the timings and write ``chip_profile.yaml``; None (the timings kept, to fit by
+    hand) when they cannot be fitted."""
+    shape, peak, bw = SHAPES[args.model], sizes.peak, sizes.bw
     try:
         fit = fit_profile(shape, prefill, decode, peak, bw, dtype_bytes)
     except ValueError as exc:  # the timings are kept: fit them by hand
-        fit = None
         say(f"\nfit failed: {exc}")
-    else:
-        say(
-            f"\nfit (peak {peak:g} TFLOP/s, {bw:g} GB/s nominal): mfu {fit.mfu:.3f}, "
-            f"mfu_half_tokens {fit.mfu_half_tokens:.0f}, mbu {fit.mbu:.3f}, step_overhead_s "
-            f"{fit.step_overhead_s * 1e3:.2f} ms; worst error {fit.max_rel_error:.1%}"
-        )
-        yaml_text = profile_yaml(
-            chip, args.model, shape, fit, peak, memory_gb, bw, args.interconnect_gbs, dtype_bytes
-        )
-        (out / "chip_profile.yaml").write_text(yaml_text)
+        return None
+    say(
+        f"\nfit (peak {peak:g} TFLOP/s, {bw:g} GB/s nominal): mfu {fit.mfu:.3f}, "
+        f"mfu_half_tokens {fit.mfu_half_tokens:.0f}, mbu {fit.mbu:.3f}, step_overhead_s "
+        f"{fit.step_overhead_s * 1e3:.2f} ms; worst error {fit.max_rel_error:.1%}"
+    )
+    yaml_text = profile_yaml(
+        sizes.chip,
+        args.model,
+        shape,
+        fit,
+        peak,
+        sizes.memory_gb,
+        bw,
+        args.interconnect_gbs,
+        dtype_bytes,
+    )
+    (out / "chip_profile.yaml").write_text(yaml_text)
+    return fit
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    import torch
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    shape = SHAPES[args.model]
+    dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
+    dtype_bytes = torch.empty((), dtype=dtype).element_size()
+    sizes = run_sizes(args)
+    say = Say()
+    start = time.monotonic()
+    say(f"gpu_check: {args.model} ({shape.layers} layers) on {args.device} ({sizes.chip}), {dtype}")
+    say(f"ls /sys/class/infiniband: {infiniband()}")
+    stack = Stack(shape, min(args.stack_layers, shape.layers), args.device, dtype)
+    handoff, copies = time_handoff(say, stack, args, sizes, dtype, dtype_bytes)
+    prefill = time_prefill(say, stack, sizes, args.repeats)
+    decode = time_decode(say, stack, sizes, args.repeats)
+    fit = fit_and_write_profile(say, args, sizes, prefill, decode, dtype_bytes, out)
     result = {
         "device": args.device,
-        "chip": chip,
+        "chip": sizes.chip,
         "model": args.model,
         "dtype_bytes": dtype_bytes,
         "infiniband": infiniband(),
@@ -546,12 +624,12 @@ def main(argv: list[str] | None = None) -> int:
         "prefill": [asdict(p) for p in prefill],
         "decode": [asdict(p) for p in decode],
         "fit": asdict(fit) if fit is not None else None,
-        "nominal": {"peak_tflops": peak, "memory_bw_gbs": bw},
+        "nominal": {"peak_tflops": sizes.peak, "memory_bw_gbs": sizes.bw},
         "wall_s": time.monotonic() - start,
     }
     (out / "gpu_check.json").write_text(json.dumps(result, indent=1))
     say(f"\nwrote {sorted(p.name for p in out.iterdir())} in {result['wall_s']:.0f} s")
-    (out / "gpu_check.txt").write_text("\n".join(report) + "\n")
+    (out / "gpu_check.txt").write_text("\n".join(say.lines) + "\n")
     return 0 if fit is not None and math.isfinite(fit.max_rel_error) else 1
 
 
