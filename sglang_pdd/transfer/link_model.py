@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 from sglang_pdd.policy.pipeline import LinkEstimate
 
-
 # Observations the overhead (the smallest recent residual) is taken over: enough that one
 # transfer which waited elsewhere cannot set it, few enough to follow a changed path.
 RECENT_OBSERVATIONS = 16
