@@ -189,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_cluster(args) -> list[Case]:
+    """Start a local P/RLD/MD cluster behind an emulated WAN, measure every case on it and
+    print the table and the verdicts."""
     from sglang_pdd.testbed.cluster import (
         PddClusterConfig,
         start_cluster,
@@ -201,12 +203,7 @@ def run_cluster(args) -> list[Case]:
     from sglang_pdd.transfer.wan_link import WanLinkConfig
 
     model_cfg = TinyModelConfig(seed=0)
-    longest = max(args.contexts) + max(args.handed) + 1000
-    if longest > model_cfg.max_positions:
-        raise SystemExit(
-            f"context {max(args.contexts)} + handed {max(args.handed)} exceeds the "
-            f"model's {model_cfg.max_positions} positions"
-        )
+    check_lengths_fit(args, model_cfg)
     tmp = Path(tempfile.mkdtemp(prefix="sglang-pdd-handoff-"))
     model = write_tiny_model(tmp / "model", model_cfg)
     link = WanLinkConfig(bandwidth_mbps=args.bandwidth_mbps, one_way_delay_ms=args.delay_ms)
@@ -229,62 +226,92 @@ def run_cluster(args) -> list[Case]:
         control = start_link_proxy(group, "held-control", cluster.mains[0].control_port, link)
         gate = RelayGate(cluster.relay.url, incremental=True)
         site = replace(cluster.mains[0], control_via_wan=control.url.replace("http", "tcp"))
-        routers = {
-            mode: start_router(
-                group,
-                cluster,
-                name=f"router-{mode}",
-                mains=[site],
-                relay_url=gate.url,
-                handoff_mode=mode,
-                catchup_threshold=4,
-                catchup_chunk=64,
-                # Every case measures a handoff: a short tail would otherwise finish on RLD,
-                # which the gate holds (the router's tail rule, --no-tail-on-relay).
-                tail_on_relay=False,
-            ).url
-            for mode in args.modes.split(",")
-        }
+        routers = start_mode_routers(group, cluster, site, gate, args.modes.split(","))
         busy_router = start_router(group, cluster, name="router-busy", ttft_slo_s=1e9).url
         kv_send = KvSender(group, link)
-        cases = []
-        loads = args.loads.split(",")
-        total = len(loads) * len(args.contexts) * len(args.handed) * len(routers)
-        bar = tqdm(total=total, desc="handoff cases", unit="case")
-        for load in loads:
-            with MainDecodeLoad(busy_router, args.busy if load == "busy" else 0):
-                for context in args.contexts:
-                    for handed in args.handed:
-                        for mode, router in routers.items():
-                            case = measure(
-                                router,
-                                gate,
-                                control,
-                                mode,
-                                load,
-                                context,
-                                handed,
-                                args.repeats,
-                                kv_per_token,
-                                kv_send,
-                                2 * args.delay_ms / 1e3,
-                            )
-                            tqdm.write(case.row())
-                            bar.update()
-                            cases.append(case)
-        bar.close()
-        print("\n" + HEADER + "\n" + "-" * len(HEADER))
-        for case in cases:
-            print(case.row())
-        print("\n" + "\n".join(verdicts(cases)))
+        cases = measure_cases(args, routers, busy_router, gate, control, kv_per_token, kv_send)
+        print_cases(cases)
         return cases
+
+
+def check_lengths_fit(args, model_cfg) -> None:
+    """Exit when the longest context plus the longest handed-off length (and a tail) exceeds
+    the model's positions."""
+    longest = max(args.contexts) + max(args.handed) + 1000
+    if longest > model_cfg.max_positions:
+        raise SystemExit(
+            f"context {max(args.contexts)} + handed {max(args.handed)} exceeds the "
+            f"model's {model_cfg.max_positions} positions"
+        )
+
+
+def start_mode_routers(group, cluster, site, gate, modes: list[str]) -> dict[str, str]:
+    """One router per handoff mode, reaching MD's control through the held link and RLD
+    through the gate: mode -> its URL."""
+    from sglang_pdd.testbed.cluster import start_router
+
+    return {
+        mode: start_router(
+            group,
+            cluster,
+            name=f"router-{mode}",
+            mains=[site],
+            relay_url=gate.url,
+            handoff_mode=mode,
+            catchup_threshold=4,
+            catchup_chunk=64,
+            # Every case measures a handoff: a short tail would otherwise finish on RLD,
+            # which the gate holds (the router's tail rule, --no-tail-on-relay).
+            tail_on_relay=False,
+        ).url
+        for mode in modes
+    }
+
+
+def measure_cases(args, routers, busy_router, gate, control, kv_per_token, kv_send) -> list[Case]:
+    """Every (load, context, handed, mode) case, each row printed as it is measured."""
+    cases = []
+    loads = args.loads.split(",")
+    total = len(loads) * len(args.contexts) * len(args.handed) * len(routers)
+    bar = tqdm(total=total, desc="handoff cases", unit="case")
+    for load in loads:
+        with MainDecodeLoad(busy_router, args.busy if load == "busy" else 0):
+            for context in args.contexts:
+                for handed in args.handed:
+                    for mode, router in routers.items():
+                        case = measure(
+                            router,
+                            gate,
+                            control,
+                            mode,
+                            load,
+                            context,
+                            handed,
+                            args.repeats,
+                            kv_per_token,
+                            kv_send,
+                            2 * args.delay_ms / 1e3,
+                        )
+                        tqdm.write(case.row())
+                        bar.update()
+                        cases.append(case)
+    bar.close()
+    return cases
+
+
+def print_cases(cases: list[Case]) -> None:
+    """The table of every case, then the goals' verdicts."""
+    print("\n" + HEADER + "\n" + "-" * len(HEADER))
+    for case in cases:
+        print(case.row())
+    print("\n" + "\n".join(verdicts(cases)))
 
 
 def measure(
     router, gate, control, mode, load, context, handed, repeats, kv_per_token, kv_send, rtt_s
 ) -> Case:
-    from sglang_pdd.testbed.client import generate
-    from sglang_pdd.testbed.held_links import EndedEarly, wait_for_record
+    """One case: ``repeats`` requests each handed to MD after exactly ``handed`` ids of RLD,
+    beside the time to send those ids' KV over the link instead."""
     from sglang_pdd.wire.codec import encode
     from sglang_pdd.wire.messages import Handoff
 
@@ -293,50 +320,8 @@ def measure(
     stalls, actual, waits, extends, itls = [], [], [], [], []
     for _ in range(repeats):
         rid = f"handoff-{rng.getrandbits(48):x}"
-        body = {
-            "rid": rid,
-            "input_ids": [rng.randrange(10, 250) for _ in range(context)],
-            # Catch-Up needs RLD streaming on while MD catches up: a longer tail.
-            "sampling_params": {
-                "temperature": 0.0,
-                "ignore_eos": True,
-                "max_new_tokens": handed + (64 if mode == "one-shot" else 1000),
-            },
-        }
-        control.pause()
-        gate.arm(handed)
-        try:
-            with ThreadPoolExecutor(1) as pool:
-                future = pool.submit(generate, router, body, True, 600, True)
-                while not gate.holding.wait(0.05):
-                    if future.done():
-                        raise EndedEarly(f"ended before {handed} ids: {future.result().body}")
-                control.resume()
-                if not _main_ready_within(router, rid, future, MAIN_READY_S):
-                    # MD's KV never landed (a Mooncake TCP send to MD failed under load:
-                    # "queue-full rejection"): RLD, let go, finishes the request.
-                    print(
-                        f"  ({mode}, N={handed}: Main-Decode's KV not ready within "
-                        f"{MAIN_READY_S} s)",
-                        flush=True,
-                    )
-                    gate.release()
-                elif mode == "catch-up":
-                    # RLD streams on while MD catches up, as in service, up to a new hold:
-                    # on this CPU the tiny model decodes faster than 64-id chunks cross a
-                    # 200 ms RTT, so an unheld RLD would finish before MD ever caught up.
-                    wait_for_record(
-                        router,
-                        rid,
-                        future,
-                        lambda r: r["handoff_chunks"] >= 1 or r["main_tokens"] > 0,
-                        "the first handoff step",
-                    )
-                    gate.advance(gate.held_ids + CATCH_UP_MORE)
-                record = future.result(timeout=600).body["meta_info"]["pdd"]
-        finally:
-            gate.release()
-            control.resume()
+        body = request_body(rng, rid, mode, context, handed)
+        record = run_held_request(router, gate, control, mode, handed, rid, body)
         # From the final handoff to MD's first token: in service the router hands off as soon
         # as MD is ready, so this is the gap the client sees (here RLD was held at N first).
         if record["handoff_to_main_s"] is not None:
@@ -364,6 +349,61 @@ def measure(
         itls,
         rtt_s,
     )
+
+
+def request_body(rng: random.Random, rid: str, mode: str, context: int, handed: int) -> dict:
+    """A greedy request of ``context`` random ids that decodes past ``handed`` ids."""
+    return {
+        "rid": rid,
+        "input_ids": [rng.randrange(10, 250) for _ in range(context)],
+        # Catch-Up needs RLD streaming on while MD catches up: a longer tail.
+        "sampling_params": {
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "max_new_tokens": handed + (64 if mode == "one-shot" else 1000),
+        },
+    }
+
+
+def run_held_request(router, gate, control, mode, handed, rid, body) -> dict:
+    """Send ``body`` with RLD held at ``handed`` ids and MD's control link stalled until then;
+    the finished request's PDD record."""
+    from sglang_pdd.testbed.client import generate
+    from sglang_pdd.testbed.held_links import EndedEarly, wait_for_record
+
+    control.pause()
+    gate.arm(handed)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(generate, router, body, True, 600, True)
+            while not gate.holding.wait(0.05):
+                if future.done():
+                    raise EndedEarly(f"ended before {handed} ids: {future.result().body}")
+            control.resume()
+            if not _main_ready_within(router, rid, future, MAIN_READY_S):
+                # MD's KV never landed (a Mooncake TCP send to MD failed under load:
+                # "queue-full rejection"): RLD, let go, finishes the request.
+                print(
+                    f"  ({mode}, N={handed}: Main-Decode's KV not ready within {MAIN_READY_S} s)",
+                    flush=True,
+                )
+                gate.release()
+            elif mode == "catch-up":
+                # RLD streams on while MD catches up, as in service, up to a new hold:
+                # on this CPU the tiny model decodes faster than 64-id chunks cross a
+                # 200 ms RTT, so an unheld RLD would finish before MD ever caught up.
+                wait_for_record(
+                    router,
+                    rid,
+                    future,
+                    lambda r: r["handoff_chunks"] >= 1 or r["main_tokens"] > 0,
+                    "the first handoff step",
+                )
+                gate.advance(gate.held_ids + CATCH_UP_MORE)
+            return future.result(timeout=600).body["meta_info"]["pdd"]
+    finally:
+        gate.release()
+        control.resume()
 
 
 CATCH_UP_MORE = 128  # ids RLD streams during Catch-Up before it is held again
