@@ -162,18 +162,7 @@ async def _batch(mode: str, cluster, streams: int, args, rng: random.Random) -> 
 def _measure(cluster, routers: dict[str, list], streams: int, args, rng) -> list[dict]:
     """Rows for ``streams``: the direct path, then each router path (name -> its routers)."""
     paths = {"direct": None, **routers}
-    totals = {
-        m: {
-            "gaps": [],
-            "e2e": [],
-            "tokens": 0,
-            "chunks": 0,
-            "wall_s": 0.0,
-            "errors": 0,
-            "error_sample": None,
-        }
-        for m in paths
-    }
+    totals = {m: _empty_totals() for m in paths}
     cpu = dict.fromkeys(routers, 0.0)
     threads: dict[str, dict[str, float]] = {name: {} for name in routers}
     order = list(paths)
@@ -182,52 +171,77 @@ def _measure(cluster, routers: dict[str, list], streams: int, args, rng) -> list
             procs = paths[name] or []
             before = sum(_cpu_seconds(p.proc.pid) for p in procs)
             threads_before = [_thread_cpu_seconds(p.proc.pid) for p in procs]
-            if not procs:
-                mode = "direct"
-            elif name in (BARE_RELAY, PARSING_RELAY, TCP_RELAY):
-                mode = ("relay", procs[0].url)
-            else:
-                mode = [p.url for p in procs]
-            out = asyncio.run(_batch(mode, cluster, streams, args, rng))
+            out = asyncio.run(_batch(_path_mode(name, procs), cluster, streams, args, rng))
             if procs:
                 cpu[name] += sum(_cpu_seconds(p.proc.pid) for p in procs) - before
-                for proc, was in zip(procs, threads_before, strict=True):
-                    for thread, now in _thread_cpu_seconds(proc.proc.pid).items():
-                        spent = now - was.get(thread, 0.0)
-                        threads[name][thread] = threads[name].get(thread, 0.0) + spent
-            agg = totals[name]
-            for key in ("gaps", "e2e"):
-                agg[key] += out[key]
-            for key in ("tokens", "chunks", "wall_s", "errors"):
-                agg[key] += out[key]
-            agg["error_sample"] = agg["error_sample"] or out["error_sample"]
+                _add_thread_cpu(threads[name], procs, threads_before)
+            _accumulate(totals[name], out)
+    return [_row(streams, name, totals, cpu[name], threads[name], args) for name in routers]
+
+
+def _empty_totals() -> dict:
+    """A path's totals before its first round."""
+    return {
+        "gaps": [],
+        "e2e": [],
+        "tokens": 0,
+        "chunks": 0,
+        "wall_s": 0.0,
+        "errors": 0,
+        "error_sample": None,
+    }
+
+
+def _path_mode(name: str, procs: list):
+    """``_batch``'s mode for a path: "direct" (no processes), a relay's URL, or the routers'."""
+    if not procs:
+        return "direct"
+    if name in (BARE_RELAY, PARSING_RELAY, TCP_RELAY):
+        return ("relay", procs[0].url)
+    return [p.url for p in procs]
+
+
+def _add_thread_cpu(spent_by_thread: dict[str, float], procs: list, threads_before: list) -> None:
+    """Add the CPU each thread of ``procs`` spent since ``threads_before`` (by thread name)."""
+    for proc, was in zip(procs, threads_before, strict=True):
+        for thread, now in _thread_cpu_seconds(proc.proc.pid).items():
+            spent = now - was.get(thread, 0.0)
+            spent_by_thread[thread] = spent_by_thread.get(thread, 0.0) + spent
+
+
+def _accumulate(agg: dict, out: dict) -> None:
+    """Add one round's ``_batch`` result to a path's totals."""
+    for key in ("gaps", "e2e"):
+        agg[key] += out[key]
+    for key in ("tokens", "chunks", "wall_s", "errors"):
+        agg[key] += out[key]
+    agg["error_sample"] = agg["error_sample"] or out["error_sample"]
+
+
+def _row(streams: int, name: str, totals: dict, cpu: float, threads: dict, args) -> dict:
+    """One router path's row beside the direct path: what it adds per token and its CPU."""
     d = totals["direct"]
-    rows = []
-    for name in routers:
-        r = totals[name]
-        rows.append(
-            {
-                "streams": streams,
-                "routers": name,
-                "direct": _summary(d),
-                "router": _summary(r),
-                "added_per_token_ms_p50": 1e3 * (_pct(r["gaps"], 0.5) - _pct(d["gaps"], 0.5)),
-                "added_per_token_ms_p99": 1e3 * (_pct(r["gaps"], 0.99) - _pct(d["gaps"], 0.99)),
-                "router_cpu_ms_per_token": 1e3 * cpu[name] / max(r["tokens"], 1),
-                # Where in the process that CPU went: seconds by thread name.
-                "router_cpu_s_by_thread": threads[name],
-                # Per chunk written to the client: does not depend on how many tokens each
-                # chunk carried (more merge into one read when the router falls behind).
-                "router_cpu_ms_per_chunk": 1e3 * cpu[name] / max(r["chunks"], 1),
-                "tokens_per_chunk": r["tokens"] / max(r["chunks"], 1),
-                # Robust to how differently the two paths batch tokens into chunks: the median
-                # end-to-end difference spread over a stream's tokens.
-                "added_e2e_ms_per_token": 1e3
-                * (_summary(r)["e2e_s_p50"] - _summary(d)["e2e_s_p50"])
-                / args.max_new_tokens,
-            }
-        )
-    return rows
+    r = totals[name]
+    return {
+        "streams": streams,
+        "routers": name,
+        "direct": _summary(d),
+        "router": _summary(r),
+        "added_per_token_ms_p50": 1e3 * (_pct(r["gaps"], 0.5) - _pct(d["gaps"], 0.5)),
+        "added_per_token_ms_p99": 1e3 * (_pct(r["gaps"], 0.99) - _pct(d["gaps"], 0.99)),
+        "router_cpu_ms_per_token": 1e3 * cpu / max(r["tokens"], 1),
+        # Where in the process that CPU went: seconds by thread name.
+        "router_cpu_s_by_thread": threads,
+        # Per chunk written to the client: does not depend on how many tokens each
+        # chunk carried (more merge into one read when the router falls behind).
+        "router_cpu_ms_per_chunk": 1e3 * cpu / max(r["chunks"], 1),
+        "tokens_per_chunk": r["tokens"] / max(r["chunks"], 1),
+        # Robust to how differently the two paths batch tokens into chunks: the median
+        # end-to-end difference spread over a stream's tokens.
+        "added_e2e_ms_per_token": 1e3
+        * (_summary(r)["e2e_s_p50"] - _summary(d)["e2e_s_p50"])
+        / args.max_new_tokens,
+    }
 
 
 BARE_RELAY = "bare relay"
@@ -355,7 +369,8 @@ def _goal_verdict(row: dict) -> str:
     return head + ("met" if diff <= 0.5 else "MISSED") + f" ({diff:.2f} ms)"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser():
+    """The flags."""
     ap = shared_flags.parser(__doc__)
     shared_flags.model_path(ap)
     ap.add_argument("--streams", default="16,100", help="comma-separated concurrencies")
@@ -406,6 +421,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-total-tokens", type=int, default=131072)
     shared_flags.json_out(ap, "out/router_overhead.json")
     shared_flags.seed(ap)
+    return ap
+
+
+def parse_args(argv: list[str] | None):
+    """The flags, checked: (args, concurrencies, router counts)."""
+    ap = build_parser()
     args = ap.parse_args(argv)
     try:
         levels = [int(x) for x in args.streams.split(",") if x.strip()]
@@ -425,7 +446,12 @@ def main(argv: list[str] | None = None) -> int:
             f"--router-core: one of this process's cores {sorted(allowed)}, with another left "
             f"for the rest; got {args.router_core}"
         )
-    workdir = Path(tempfile.mkdtemp(prefix="sglang-pdd-router-overhead-"))
+    return args, levels, counts
+
+
+def cluster_config(args, workdir: Path) -> tuple[str, PddClusterConfig]:
+    """(the model's path, written under ``workdir`` when none is given; the P + MD cluster's
+    config: no WAN delay, every request P-MD)."""
     model = args.model_path
     if model is None:
         from sglang_pdd.testbed.tiny_model import TinyModelConfig, write_tiny_model
@@ -440,6 +466,41 @@ def main(argv: list[str] | None = None) -> int:
         log_transfers=False,
         incremental_streams=args.incremental_streams,
     )
+    return model, cfg
+
+
+def start_paths(group: ServerGroup, cluster, args, counts: list[int]) -> dict[str, list]:
+    """The router paths to measure: name -> its processes (each router count's routers, and
+    the relays asked for)."""
+    fleet = [cluster.router]
+    for i in range(1, max(counts)):
+        fleet.append(start_router(group, cluster, name=f"router-{i + 1}", shared_ledger=True))
+    routers = {(f"{n} router" + "s" * (n > 1)): fleet[:n] for n in counts}
+    if args.bare_relay:
+        routers[BARE_RELAY] = [_start_bare_relay(group, cluster.mains[0].http_via_wan)]
+    if args.parsing_relay:
+        routers[PARSING_RELAY] = [
+            _start_bare_relay(group, cluster.mains[0].http_via_wan, True, args.incremental_streams)
+        ]
+    if args.tcp_relay:
+        routers[TCP_RELAY] = [_start_tcp_relay(group, cluster.mains[0].http_via_wan)]
+    return routers
+
+
+def pin_routers_apart(group: ServerGroup, routers: dict[str, list], core: int) -> None:
+    """The routers and relays on ``core``, every other process (the clients too) on the rest."""
+    others = os.sched_getaffinity(0) - {core}
+    relays = {p.proc.pid for procs in routers.values() for p in procs}
+    _pin(sorted(relays), {core})
+    _pin([s.proc.pid for s in group.servers if s.proc.pid not in relays], others)
+    _pin([os.getpid()], others, descendants=False)  # the clients
+    print(f"routers and relays on core {core}, the rest on {sorted(others)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, levels, counts = parse_args(argv)
+    workdir = Path(tempfile.mkdtemp(prefix="sglang-pdd-router-overhead-"))
+    model, cfg = cluster_config(args, workdir)
     from transformers import AutoTokenizer
 
     args.vocab = len(AutoTokenizer.from_pretrained(model))  # prompts of ids the model knows
@@ -448,27 +509,9 @@ def main(argv: list[str] | None = None) -> int:
     with ServerGroup(log_dir=workdir / "logs") as group:
         print(f"starting P, MD and a router (logs: {group.log_dir}) ...", flush=True)
         cluster = start_cluster(group, cfg)
-        fleet = [cluster.router]
-        for i in range(1, max(counts)):
-            fleet.append(start_router(group, cluster, name=f"router-{i + 1}", shared_ledger=True))
-        routers = {(f"{n} router" + "s" * (n > 1)): fleet[:n] for n in counts}
-        if args.bare_relay:
-            routers[BARE_RELAY] = [_start_bare_relay(group, cluster.mains[0].http_via_wan)]
-        if args.parsing_relay:
-            routers[PARSING_RELAY] = [
-                _start_bare_relay(
-                    group, cluster.mains[0].http_via_wan, True, args.incremental_streams
-                )
-            ]
-        if args.tcp_relay:
-            routers[TCP_RELAY] = [_start_tcp_relay(group, cluster.mains[0].http_via_wan)]
+        routers = start_paths(group, cluster, args, counts)
         if args.router_core is not None:
-            others = os.sched_getaffinity(0) - {args.router_core}
-            relays = {p.proc.pid for procs in routers.values() for p in procs}
-            _pin(sorted(relays), {args.router_core})
-            _pin([s.proc.pid for s in group.servers if s.proc.pid not in relays], others)
-            _pin([os.getpid()], others, descendants=False)  # the clients
-            print(f"routers and relays on core {args.router_core}, the rest on {sorted(others)}")
+            pin_routers_apart(group, routers, args.router_core)
         for streams in levels:
             print(f"{streams} concurrent streams x {args.rounds} rounds ...", flush=True)
             rows += _measure(cluster, routers, streams, args, rng)
