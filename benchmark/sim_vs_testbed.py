@@ -245,6 +245,20 @@ def print_table(results: list[dict]) -> None:
 
 def report(point: dict, calib: cal.Calibration, wan, slo_s: float, measured_link, results) -> None:
     """Print the calibration, the table and the diagnostics."""
+    print_calibration(point, calib, wan, slo_s, results)
+    print_table(results)
+    met = [r["name"] for r in results if _meets(r)]
+    print(
+        f"\ngoal: predicted TTFT P50 and P90 within {100 * GOAL:.0f}% of measured; "
+        f"met by: {', '.join(met) or 'none'}"
+    )
+    print("\nwhere the gaps come from:")
+    print_gaps(point, results)
+    print_link_and_pdd(measured_link, wan, results)
+
+
+def print_calibration(point: dict, calib: cal.Calibration, wan, slo_s: float, results) -> None:
+    """The run, the constants fitted on same-dc, and the WAN the simulator was given."""
     d, p = calib.decode, calib.prefill
     print(f"testbed: {point['label']}; {sum(r['requests'] for r in results)} requests simulated")
     print(
@@ -258,13 +272,10 @@ def report(point: dict, calib: cal.Calibration, wan, slo_s: float, measured_link
         f"WAN (the emulated link's settings): {wan.bandwidth_gbps * 1e3:g} Mbit/s, "
         f"RTT {wan.rtt_s * 1e3:g} ms; PDD's TTFT SLO {slo_s:g} s\n"
     )
-    print_table(results)
-    met = [r["name"] for r in results if _meets(r)]
-    print(
-        f"\ngoal: predicted TTFT P50 and P90 within {100 * GOAL:.0f}% of measured; "
-        f"met by: {', '.join(met) or 'none'}"
-    )
-    print("\nwhere the gaps come from:")
+
+
+def print_gaps(point: dict, results) -> None:
+    """Per contender: the median per-request gap, the WAN bytes, and the three largest misses."""
     summaries = {s["name"]: s for s in point.get("summaries", [])}
     for r in results:
         wan_m = (summaries.get(r["name"]) or {}).get("wan_bytes")
@@ -289,6 +300,11 @@ def report(point: dict, calib: cal.Calibration, wan, slo_s: float, measured_link
                 f"{x['predicted_s']:.3f} s predicted, {x['others_decoding']:.1f} requests "
                 f"decoding meanwhile{pipe}"
             )
+
+
+def print_link_and_pdd(measured_link, wan, results) -> None:
+    """The WAN transfer PDD's records show against the simulator's, and PDD's pipelines and
+    decode-side cache hit, measured and predicted."""
     if measured_link is not None:
         print(
             f"  WAN KV transfer in PDD's records (MD's KV ready after RLD's first token, "
@@ -312,29 +328,7 @@ def report(point: dict, calib: cal.Calibration, wan, slo_s: float, measured_link
 def calibrated(opts, args: dict, point: dict) -> int:
     """The CPU testbed's run (``--no-emulation``): calibrate, replay, compare TTFT."""
     try:
-        if args.get("model_path"):
-            raise ValueError(
-                f"--testbed-json was run with --model-path {args['model_path']}; this script "
-                "knows the shape (KV bytes, weights) of the generated tiny model only"
-            )
-        sessions = testbed_sessions(args, point)
-        runs = {n: rebuild(rows, sessions) for n, rows in point["requests"].items()}
-        if "same-dc" not in runs or len(runs["same-dc"]) < 3:
-            raise ValueError("--testbed-json: calibration needs the same-dc contender's requests")
-        model = TinyModelConfig(seed=args["seed"])
-        hw = cal.KnownHardware(
-            kv_bytes_per_token=model.kv_bytes_per_token(DTYPE_BYTES),
-            weight_bytes=float(tiny_model_weight_bytes(model)),
-            kv_capacity_tokens=int(
-                args.get("max_total_tokens") or _cluster_default("max_total_tokens")
-            ),
-            chunk_tokens=_cluster_default("chunked_prefill_size"),
-            intra_gbs=opts.intra_gbs,
-        )
-        calib = calibrate_on(runs["same-dc"], hw)
-        wan = cal.testbed_wan(point.get("wan_mbps", args["wan_mbps"]), args["wan_delay_ms"])
-        handoff = HandoffPolicyConfig(mode=args.get("handoff_mode", "one-shot"))
-        config = cal.testbed_sim_config(calib, wan, args["ttft_slo_s"], handoff, opts.block_tokens)
+        runs, calib, wan, config = calibrated_config(opts, args, point)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -348,19 +342,7 @@ def calibrated(opts, args: dict, point: dict) -> int:
     report(point, calib, wan, args["ttft_slo_s"], measured_link, results)
     what_if = None
     if measured_link is not None and "pdd" in runs:
-        # Not the prediction: the same replay with the transfer start-up PDD's records show.
-        slow = dataclasses.replace(wan, rtt_s=measured_link["overhead_s"])
-        config2 = dataclasses.replace(
-            config, contenders=tuple(dataclasses.replace(c, wan=slow) for c in config.contenders)
-        )
-        what_if = [compare(n, runs[n], config2) for n in SIMULATED if n in runs and n != "same-dc"]
-        print(
-            f"\nwhat-if (not the prediction): the WAN's start-up as measured "
-            f"({1e3 * slow.rtt_s:.0f} ms) instead of one RTT\n"
-        )
-        print_table(what_if)
-        pdd2 = next(r for r in what_if if r["name"] == "pdd")
-        print(f"  pdd pipelines then: {pdd2['pipelines_predicted']}")
+        what_if = what_if_measured_startup(runs, wan, config, measured_link)
     _write_json(
         opts,
         {
@@ -374,6 +356,53 @@ def calibrated(opts, args: dict, point: dict) -> int:
         },
     )
     return 0
+
+
+def calibrated_config(opts, args: dict, point: dict):
+    """(the requests of each contender rebuilt, the calibration on same-dc's, the WAN, the
+    simulator's config); ``ValueError`` when the run cannot be calibrated."""
+    if args.get("model_path"):
+        raise ValueError(
+            f"--testbed-json was run with --model-path {args['model_path']}; this script "
+            "knows the shape (KV bytes, weights) of the generated tiny model only"
+        )
+    sessions = testbed_sessions(args, point)
+    runs = {n: rebuild(rows, sessions) for n, rows in point["requests"].items()}
+    if "same-dc" not in runs or len(runs["same-dc"]) < 3:
+        raise ValueError("--testbed-json: calibration needs the same-dc contender's requests")
+    model = TinyModelConfig(seed=args["seed"])
+    hw = cal.KnownHardware(
+        kv_bytes_per_token=model.kv_bytes_per_token(DTYPE_BYTES),
+        weight_bytes=float(tiny_model_weight_bytes(model)),
+        kv_capacity_tokens=int(
+            args.get("max_total_tokens") or _cluster_default("max_total_tokens")
+        ),
+        chunk_tokens=_cluster_default("chunked_prefill_size"),
+        intra_gbs=opts.intra_gbs,
+    )
+    calib = calibrate_on(runs["same-dc"], hw)
+    wan = cal.testbed_wan(point.get("wan_mbps", args["wan_mbps"]), args["wan_delay_ms"])
+    handoff = HandoffPolicyConfig(mode=args.get("handoff_mode", "one-shot"))
+    config = cal.testbed_sim_config(calib, wan, args["ttft_slo_s"], handoff, opts.block_tokens)
+    return runs, calib, wan, config
+
+
+def what_if_measured_startup(runs: dict, wan, config, measured_link) -> list[dict]:
+    """Not the prediction: the same replay with the transfer start-up PDD's records show
+    instead of one RTT; its table printed, its rows returned."""
+    slow = dataclasses.replace(wan, rtt_s=measured_link["overhead_s"])
+    config2 = dataclasses.replace(
+        config, contenders=tuple(dataclasses.replace(c, wan=slow) for c in config.contenders)
+    )
+    what_if = [compare(n, runs[n], config2) for n in SIMULATED if n in runs and n != "same-dc"]
+    print(
+        f"\nwhat-if (not the prediction): the WAN's start-up as measured "
+        f"({1e3 * slow.rtt_s:.0f} ms) instead of one RTT\n"
+    )
+    print_table(what_if)
+    pdd2 = next(r for r in what_if if r["name"] == "pdd")
+    print(f"  pdd pipelines then: {pdd2['pipelines_predicted']}")
+    return what_if
 
 
 def emulated(opts, args: dict, point: dict) -> int:
