@@ -233,7 +233,8 @@ def _range(text: str, flag: str) -> tuple[int, int]:
     return lo, hi
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None):
+    """The flags, checked."""
     ap = shared_flags.parser(__doc__)
     ap.add_argument("--requests", type=int, default=500)
     ap.add_argument("--rate", type=float, default=1.5, help="arrivals per second (steady)")
@@ -260,78 +261,75 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.requests < 1 or args.rate <= 0 or args.fault_every_s <= 0:
         ap.error("--requests must be >= 1, --rate and --fault-every-s > 0")
-    from sglang_pdd.testbed.tiny_model import TinyModelConfig, write_tiny_model
+    return args
 
-    workdir = Path(tempfile.mkdtemp(prefix="sglang-pdd-soak-"))
-    model = str(write_tiny_model(workdir / "tiny-model", TinyModelConfig(seed=args.seed)))
-    bodies = _bodies(args)
-    with ServerGroup(log_dir=workdir / "logs") as group:
-        print(
-            f"starting P, 2 RLDs, 2 MDs, a router and a reference (logs: {group.log_dir})",
-            flush=True,
-        )
-        cluster = start_cluster(
-            group,
-            PddClusterConfig(
-                model_path=model, mains=2, incremental_streams=True, log_transfers=False
-            ),
-        )
-        common = {"model_path": model, "dtype": "float32", "chunked_prefill_size": 512}
-        relay2, colocated = group.start(
-            ServerSpec(
-                "relay2",
-                role="decode",
-                extra_args=("--pdd-role", "relay", "--incremental-streaming-output"),
-                **common,
-            ),
-            ServerSpec("colocated", **common),
-        )
-        router = start_router(
-            group, cluster, name="router-soak", relays=[cluster.relay.url, relay2.url]
-        )
-        print(f"{len(bodies)} references from the co-located server ...", flush=True)
-        with ThreadPoolExecutor(4) as pool:
-            refs = list(
-                pool.map(
-                    lambda b: (
-                        generate(
-                            colocated.url, {k: v for k, v in b.items() if k != "rid"}
-                        ).output_ids
-                    ),
-                    bodies,
-                )
+
+def start_soak_servers(group: ServerGroup, model: str):
+    """P, two RLDs, two MDs, a router over both RLDs, and a co-located reference server:
+    (the cluster, the second RLD, the reference, the router)."""
+    print(
+        f"starting P, 2 RLDs, 2 MDs, a router and a reference (logs: {group.log_dir})",
+        flush=True,
+    )
+    cluster = start_cluster(
+        group,
+        PddClusterConfig(model_path=model, mains=2, incremental_streams=True, log_transfers=False),
+    )
+    common = {"model_path": model, "dtype": "float32", "chunked_prefill_size": 512}
+    relay2, colocated = group.start(
+        ServerSpec(
+            "relay2",
+            role="decode",
+            extra_args=("--pdd-role", "relay", "--incremental-streaming-output"),
+            **common,
+        ),
+        ServerSpec("colocated", **common),
+    )
+    router = start_router(
+        group, cluster, name="router-soak", relays=[cluster.relay.url, relay2.url]
+    )
+    return cluster, relay2, colocated, router
+
+
+def reference_outputs(colocated, bodies: list[dict]) -> list:
+    """Each request's output ids from the co-located server (no faults), without its rid."""
+    print(f"{len(bodies)} references from the co-located server ...", flush=True)
+    with ThreadPoolExecutor(4) as pool:
+        return list(
+            pool.map(
+                lambda b: (
+                    generate(colocated.url, {k: v for k, v in b.items() if k != "rid"}).output_ids
+                ),
+                bodies,
             )
-        relays = [cluster.relay, relay2]
-        mains = [site.server for site in cluster.mains]
-        injector = FaultInjector(group, relays, mains, args)
-        print(f"{len(bodies)} requests at {args.rate}/s with faults ...", flush=True)
-        start = time.monotonic()
-        injector.start()
-        errors, errors_lock = 0, threading.Lock()
-        with (
-            ThreadPoolExecutor(256) as pool,
-            tqdm(total=len(bodies), desc="soak", unit="req") as bar,
-        ):
+        )
 
-            def send(i_body):
-                nonlocal errors
-                i, body = i_body
-                time.sleep(max(0.0, start + i / args.rate - time.monotonic()))
-                result = generate(router.url, body, stream=True, incremental=True)
-                with errors_lock:
-                    errors += result.status != 200 or "error" in (result.body or {})
-                    bar.set_postfix(errors=errors, refresh=False)
-                bar.update()
-                return result
 
-            results = list(pool.map(send, enumerate(bodies)))
-        injector.stop.set()
-        injector.join()
-        if injector.error is not None:
-            raise SystemExit(f"the fault injector failed: {injector.error!r}")
-        wait_router_settled(router.url)
-        kv_left = _kv_left([cluster.prefill, *injector.relays, *injector.mains])
-    report = _report(refs, results, injector.log, kv_left)
+def send_at_rate(router_url: str, bodies: list[dict], rate: float, start: float) -> list:
+    """Every request streamed through the router, the i-th at ``start + i / rate``; the
+    results in order, errors counted on the progress bar."""
+    errors, errors_lock = 0, threading.Lock()
+    with (
+        ThreadPoolExecutor(256) as pool,
+        tqdm(total=len(bodies), desc="soak", unit="req") as bar,
+    ):
+
+        def send(i_body):
+            nonlocal errors
+            i, body = i_body
+            time.sleep(max(0.0, start + i / rate - time.monotonic()))
+            result = generate(router_url, body, stream=True, incremental=True)
+            with errors_lock:
+                errors += result.status != 200 or "error" in (result.body or {})
+                bar.set_postfix(errors=errors, refresh=False)
+            bar.update()
+            return result
+
+        return list(pool.map(send, enumerate(bodies)))
+
+
+def print_report(report: dict, kv_left: dict) -> bool:
+    """The report's counts; whether no token was lost or duplicated and no KV left."""
     keys = (
         "requests",
         "completed_identical",
@@ -351,6 +349,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'KV left (tokens)':>30}: {report['kv_left_tokens']}")
     ok = report["lost_or_duplicated_tokens"] == 0 and not any(kv_left.values())
     print(f"no token lost or duplicated, no KV left: {'yes' if ok else 'NO'}")
+    return ok
+
+
+def write_outputs(args, report: dict) -> None:
+    """The JSON (the flags and the report) and, with ``--plot``, the plot."""
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
@@ -361,6 +364,34 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
         soak_plot(report, args.rate, args.plot)
         print(f"wrote {args.plot}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from sglang_pdd.testbed.tiny_model import TinyModelConfig, write_tiny_model
+
+    workdir = Path(tempfile.mkdtemp(prefix="sglang-pdd-soak-"))
+    model = str(write_tiny_model(workdir / "tiny-model", TinyModelConfig(seed=args.seed)))
+    bodies = _bodies(args)
+    with ServerGroup(log_dir=workdir / "logs") as group:
+        cluster, relay2, colocated, router = start_soak_servers(group, model)
+        refs = reference_outputs(colocated, bodies)
+        relays = [cluster.relay, relay2]
+        mains = [site.server for site in cluster.mains]
+        injector = FaultInjector(group, relays, mains, args)
+        print(f"{len(bodies)} requests at {args.rate}/s with faults ...", flush=True)
+        start = time.monotonic()
+        injector.start()
+        results = send_at_rate(router.url, bodies, args.rate, start)
+        injector.stop.set()
+        injector.join()
+        if injector.error is not None:
+            raise SystemExit(f"the fault injector failed: {injector.error!r}")
+        wait_router_settled(router.url)
+        kv_left = _kv_left([cluster.prefill, *injector.relays, *injector.mains])
+    report = _report(refs, results, injector.log, kv_left)
+    ok = print_report(report, kv_left)
+    write_outputs(args, report)
     return 0 if ok else 1
 
 
