@@ -90,13 +90,20 @@ def undilate_result(result, factor: float):
 
 
 def _undilate_record(record: dict | None, factor: float) -> dict | None:
-    """PDD's ``meta_info.pdd`` record with its times (``*_s`` fields, ``phases``) divided."""
+    """PDD's ``meta_info.pdd`` record with its times (``*_s`` fields, numbers or lists of
+    them such as ``handoff_gaps_s``, and ``phases``) divided."""
     if record is None:
         return None
+
+    def is_time(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
     out = {}
     for key, value in record.items():
-        if key.endswith("_s") and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if key.endswith("_s") and is_time(value):
             value = value / factor
+        elif key.endswith("_s") and isinstance(value, list) and all(map(is_time, value)):
+            value = [v / factor for v in value]
         elif key == "phases" and isinstance(value, dict):
             value = {k: v / factor for k, v in value.items()}
         out[key] = value

@@ -37,12 +37,19 @@ def test_more_than_one_percent_overruns_is_not_acceptable():
 def test_dilation_stretches_arrivals_and_results_come_back_in_chip_time():
     sessions = (Session(0, (Turn(1.5, (1, 2), 8), Turn(4.0, (3,), 8))),)
     assert [t.at_s for t in dilate_sessions(sessions, 2.0)[0].turns] == [3.0, 8.0]
-    record = {"handoff_stall_s": 0.4, "relay_tokens": 8, "phases": {"relay": 1.0}, "main": "u"}
+    record = {
+        "handoff_stall_s": 0.4,
+        "handoff_gaps_s": [0.3, 0.6],
+        "relay_tokens": 8,
+        "phases": {"relay": 1.0},
+        "main": "u",
+    }
     r = RequestResult(0, 0, "user", 2, 3.0, 0.2, 200, 1.0, 4.0, gaps_s=[0.1, 0.3], record=record)
     u = undilate_result(r, 2.0)
     assert (u.at_s, u.late_s, u.ttft_s, u.e2e_s, u.gaps_s) == (1.5, 0.1, 0.5, 2.0, [0.05, 0.15])
     assert u.record == {
         "handoff_stall_s": 0.2,
+        "handoff_gaps_s": [0.15, 0.3],
         "relay_tokens": 8,
         "phases": {"relay": 0.5},
         "main": "u",
