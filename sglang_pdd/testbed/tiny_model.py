@@ -3,8 +3,11 @@
 No hub access exists in CI, so tests and examples serve a model generated here: a
 Llama-architecture checkpoint with seeded random weights and a byte-level BPE tokenizer trained on
 a seeded synthetic corpus, with a chat template so ``/v1/chat/completions`` works as on a real
-model. The KV bytes per token are ``2 * layers * kv_heads * head_dim * dtype_bytes`` and are
-chosen through the shape flags.
+model: its own, or (``--chat-template FAMILY``) one in the style of a model family's
+(``chat_templates.py``). ``--base DIR`` copies an existing tiny model and changes only its
+template, so the family variants share one checkpoint and vocabulary. The KV bytes per
+token are ``2 * layers * kv_heads * head_dim * dtype_bytes`` and are chosen through the shape
+flags.
 """
 
 from __future__ import annotations
@@ -12,17 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sglang_pdd.cache import kv_size
+from sglang_pdd.testbed import chat_templates
 
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
-)
+CHAT_TEMPLATE = chat_templates.DEFAULT
 SPECIAL_TOKENS = [
     "<|bos|>",
     "<|eos|>",
@@ -93,7 +93,7 @@ def _corpus(seed: int, lines: int = 4000) -> list[str]:
     return [" ".join(rng.choice(_WORDS) for _ in range(rng.randint(5, 30))) for _ in range(lines)]
 
 
-def _write_tokenizer(cfg: TinyModelConfig, out: Path) -> None:
+def _write_tokenizer(cfg: TinyModelConfig, out: Path, chat_template: str) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -121,19 +121,20 @@ def _write_tokenizer(cfg: TinyModelConfig, out: Path) -> None:
         pad_token="<|pad|>",
         additional_special_tokens=SPECIAL_TOKENS[3:],
     )
-    fast.chat_template = CHAT_TEMPLATE
+    fast.chat_template = chat_template
     fast.model_max_length = cfg.max_positions
     fast.save_pretrained(out)
 
 
-def write_tiny_model(out: str | Path, cfg: TinyModelConfig) -> Path:
-    """Write model weights, config and tokenizer for ``cfg`` into ``out`` and return the path."""
+def write_tiny_model(out: str | Path, cfg: TinyModelConfig, family: str = "default") -> Path:
+    """Write model weights, config and tokenizer for ``cfg`` into ``out`` (the chat template
+    of ``family``, a key of ``chat_templates.FAMILIES``) and return the path."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    _write_tokenizer(cfg, out)
+    _write_tokenizer(cfg, out, _family_template(family))
     tokenizer = AutoTokenizer.from_pretrained(out)
     model_cfg = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -171,6 +172,29 @@ def write_tiny_model(out: str | Path, cfg: TinyModelConfig) -> Path:
     return out
 
 
+def _family_template(family: str) -> str:
+    if family not in chat_templates.FAMILIES:
+        raise ValueError(
+            f"--chat-template {family!r}: choose one of {', '.join(chat_templates.FAMILIES)}"
+        )
+    return chat_templates.FAMILIES[family][0]
+
+
+def write_chat_variant(base: str | Path, out: str | Path, family: str) -> Path:
+    """Copy the tiny model at ``base`` into ``out`` with ``family``'s chat template (weights,
+    vocabulary and ids unchanged: a server of either serves the other's token ids) and return
+    the path."""
+    from transformers import AutoTokenizer
+
+    template = _family_template(family)
+    out = Path(out)
+    shutil.copytree(base, out, dirs_exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    tokenizer.chat_template = template
+    tokenizer.save_pretrained(out)
+    return out
+
+
 def main(argv: list[str]) -> int:
     """Entry point of ``sglang-pdd tiny-model``."""
     defaults = TinyModelConfig()
@@ -187,7 +211,23 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--attention-sharpness", type=float, default=defaults.attention_sharpness)
     parser.add_argument("--logit-scale", type=float, default=defaults.logit_scale)
     parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument(
+        "--chat-template",
+        choices=list(chat_templates.FAMILIES),
+        default="default",
+        help="the chat template: the tiny model's own, or one in a model family's style "
+        "(its tool-call parser: sglang_pdd/testbed/chat_templates.py)",
+    )
+    parser.add_argument(
+        "--base",
+        help="copy this tiny model (weights and tokenizer) and change only its chat template; "
+        "the shape flags are then ignored",
+    )
     args = parser.parse_args(argv)
+    if args.base:
+        path = write_chat_variant(args.base, args.out, args.chat_template)
+        print(f"wrote {path} ({args.chat_template} chat template)")
+        return 0
     try:
         cfg = TinyModelConfig(
             layers=args.layers,
@@ -205,7 +245,7 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     try:
-        path = write_tiny_model(args.out, cfg)
+        path = write_tiny_model(args.out, cfg, args.chat_template)
     except ValueError as exc:
         parser.error(str(exc))
     print(f"wrote {path} ({cfg.kv_bytes_per_token()} KV bytes/token in bf16)")

@@ -73,3 +73,47 @@ def test_vocabulary_is_the_size_asked_or_refused(tmp_path):
     assert len(AutoTokenizer.from_pretrained(tmp_path / "ok")) == 400
     with pytest.raises(ValueError, match=r"--vocab 1024: .* yields \d+ tokens"):
         write_tiny_model(tmp_path / "big", TinyModelConfig(vocab=1024))
+
+
+def test_family_variant_keeps_weights_and_vocabulary(tmp_path):
+    """``--base DIR --chat-template FAMILY``: the same checkpoint and ids, the family's
+    template, which renders tools, calls and results with the family's markers."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    from sglang_pdd.testbed.chat_templates import FAMILIES
+
+    base = write_tiny_model(tmp_path / "base", TinyModelConfig(seed=1))
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
+    markers = {
+        "qwen25": "<tool_call>",
+        "llama3": '"parameters": {"city": "Paris"}',
+        "mistral": "[TOOL_CALLS] [",
+        "deepseekv3": "<｜tool▁sep｜>get_weather",
+    }
+    for family, marker in markers.items():
+        out = tmp_path / family
+        assert main(["--out", str(out), "--base", str(base), "--chat-template", family]) == 0
+        assert _digest(out) == _digest(base)
+        tok = AutoTokenizer.from_pretrained(out)
+        assert tok.get_vocab() == AutoTokenizer.from_pretrained(base).get_vocab()
+        assert tok.chat_template == FAMILIES[family][0]
+        text = tok.apply_chat_template(messages, tools=tools, tokenize=False)
+        assert marker in text and "sunny" in text and json.dumps("get_weather") in text
