@@ -36,6 +36,8 @@ state of its own. The rules, each enforced here:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sglang_pdd.handoff.signals import (
     AbandonMain,
     Action,
@@ -60,6 +62,9 @@ from sglang_pdd.handoff.steps import CHUNK, RelayedHandoff
 from sglang_pdd.policy.handoff import HANDOFF_RETRY_S, HandoffPolicy
 from sglang_pdd.wire.messages import Deferred, Error, Extended, Ready
 
+if TYPE_CHECKING:
+    from sglang_pdd.router.upstream.chunks import GenerateChunk
+
 # How long MD's ids must have been seen to trust their pace over the router's estimate.
 MAIN_PACE_MIN_S = 0.1
 
@@ -78,7 +83,7 @@ class HandoffCore:
         self.max_new_tokens = max_new_tokens  # the request's budget (None: the rule is off)
         self.overlap = overlap  # the switch: RLD streams on until MD's ids are ahead
         self.relay_ids: list[int] = []  # RLD's ids the client has
-        self.early_main: list[dict] = []  # MD's chunks read before its "extended" event
+        self.early_main: list[GenerateChunk] = []  # MD's chunks read before its "extended" event
         self.relay_error: Exception | None = None  # RLD failed; MD took over for it
         self.ended = False  # finished on RLD, taken by MD, or failed: nothing more happens
         self._held: list[RelayChunk | RelayEnded] = []  # read while a final handoff pends
@@ -266,7 +271,7 @@ class HandoffCore:
             f"within a handoff's {tick.handoff_gap_s:.3f} s"
         )
 
-    def _compare(self, chunk: dict) -> list[Action]:
+    def _compare(self, chunk: GenerateChunk) -> list[Action]:
         """Overlap: MD's cumulative ids against RLD's; switch once MD is ahead of the client."""
         actions: list[Action] = []
         if self.steps.final_pending:  # MD's stream answering is MD taking the handoff
@@ -275,7 +280,7 @@ class HandoffCore:
         if not self.switching:
             return actions
         self._main_seen = True
-        ids, have = chunk["output_ids"], self.relay_ids
+        ids, have = chunk.output_ids, self.relay_ids
         self._main_len = len(ids)
         n = min(len(ids), len(have))
         if ids[:n] != have[:n]:
@@ -288,7 +293,7 @@ class HandoffCore:
             return actions + self._taken(early=[chunk])
         return actions
 
-    def _taken(self, early: list[dict] | None = None) -> list[Action]:
+    def _taken(self, early: list[GenerateChunk] | None = None) -> list[Action]:
         self.ended = True
         newest = max(
             (len(h.output_ids) for h in self._held if isinstance(h, RelayChunk)), default=0

@@ -8,9 +8,13 @@ the time and RLD's live load. Actions are what the loop must do, in order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sglang_pdd.wire.messages import Ready
+
+if TYPE_CHECKING:  # the router's typed /generate chunks; the core only reads their ids
+    from sglang_pdd.router.upstream.chunks import ChunkMeta, GenerateChunk
 
 
 # -- inputs ---------------------------------------------------------------------------------
@@ -20,7 +24,7 @@ class RelayChunk:
     ``output_ids``), its ``meta_info``, and SGLang's finish reason once it finished."""
 
     output_ids: list[int]
-    meta: dict = field(default_factory=dict)
+    meta: ChunkMeta | None = None
     finish_reason: dict | None = None
 
 
@@ -38,7 +42,7 @@ class MainChunk:
     """A chunk of MD's stream after the final handoff (hold: its answer, maybe before its
     ``Extended`` event; overlap: every one until the client switches)."""
 
-    chunk: dict
+    chunk: GenerateChunk
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,7 @@ class EmitRelayIds:
     """Send the client RLD's ``token_ids`` (new since the last emit); ``first``: RLD's first."""
 
     token_ids: list[int]
-    meta: dict
+    meta: ChunkMeta | None
     first: bool
 
 
@@ -151,7 +155,7 @@ class FollowMain:
     ``early``: MD's chunks already read; ``dropped_ids``: RLD ids held back, never sent."""
 
     relay_ids: list[int]
-    early: list[dict]
+    early: list[GenerateChunk]
     dropped_ids: int
 
 

@@ -30,6 +30,7 @@ from sglang_pdd.handoff.signals import (
     Tick,
 )
 from sglang_pdd.policy.handoff import HandoffPolicy, HandoffPolicyConfig
+from sglang_pdd.router.upstream.chunks import ChunkMeta, GenerateChunk
 from sglang_pdd.wire.messages import Deferred, Error, Extended, Ready
 
 RID = "r.pdd-relayed"
@@ -41,6 +42,10 @@ STOP = {"type": "length", "length": 5}
 
 def ids(n: int, start: int = 0) -> list[int]:
     return list(range(100 + start, 100 + n))
+
+
+def _chunk(output_ids: list[int]) -> GenerateChunk:
+    return GenerateChunk(output_ids, ChunkMeta(id="r", finish_reason=None))
 
 
 def relay(n: int, finish=None) -> RelayChunk:
@@ -79,7 +84,7 @@ ONE_SHOT_ANSWERED_BY_MAINS_STREAM = [
     (READY, [NoteReady(READY)]),
     (relay(2), [emit(2)]),
     (tick(), [final(2)]),
-    (MainChunk({"output_ids": ids(3)}), [FollowMain(ids(2), [{"output_ids": ids(3)}], 0)]),
+    (MainChunk(_chunk(ids(3))), [FollowMain(ids(2), [_chunk(ids(3))], 0)]),
     (Extended(rid=RID, tokens=2, final=True), []),
 ]
 
@@ -195,7 +200,7 @@ def md(n: int, start_bad: int | None = None) -> MainChunk:
     out = ids(n)
     if start_bad is not None:
         out[start_bad] = 7
-    return MainChunk({"output_ids": out})
+    return MainChunk(_chunk(out))
 
 
 OVERLAP = [
@@ -207,7 +212,7 @@ OVERLAP = [
     (md(4), []),  # MD agrees, but is behind the client
     (relay(6), [emit(6, 5)]),
     (md(6), []),  # level: still nothing new from MD
-    (md(7), [FollowMain(ids(6), [{"output_ids": ids(7)}], 0)]),  # ahead: switch, no gap
+    (md(7), [FollowMain(ids(6), [_chunk(ids(7))], 0)]),  # ahead: switch, no gap
     (relay(8), []),
 ]
 
@@ -215,7 +220,7 @@ OVERLAP_ANSWERED_BY_MAINS_STREAM = [
     (READY, [NoteReady(READY)]),
     (relay(2), [emit(2)]),
     (tick(), [final(2)]),
-    (md(3), [FollowMain(ids(2), [{"output_ids": ids(3)}], 0)]),
+    (md(3), [FollowMain(ids(2), [_chunk(ids(3))], 0)]),
     (Extended(rid=RID, tokens=2, final=True), []),
 ]
 
@@ -248,7 +253,7 @@ OVERLAP_DEFERRAL = [
     (Deferred(rid=RID, message="no room"), [RetryLater("no room", 1)]),  # nothing was held
     (tick(1.0), []),
     (tick(1.5), [final(3, chunks=2)]),
-    (md(4), [FollowMain(ids(3), [{"output_ids": ids(4)}], 0)]),
+    (md(4), [FollowMain(ids(3), [_chunk(ids(4))], 0)]),
 ]
 
 OVERLAP_RELAY_FAILS_AFTER_MD_TOOK_IT = [
@@ -302,7 +307,7 @@ OVERLAP_MD_BEHIND = [
     (gap_tick(0.5), []),  # MD has not caught up: RLD's ids are held from now
     (relay(9), []),
     (md(8), []),  # level with the client
-    (md(10), [FollowMain(ids(8), [{"output_ids": ids(10)}], 1)]),  # ahead: RLD's 9th dropped
+    (md(10), [FollowMain(ids(8), [_chunk(ids(10))], 1)]),  # ahead: RLD's 9th dropped
 ]
 
 OVERLAP_MD_BEHIND_THEN_DISAGREES = [
@@ -338,7 +343,7 @@ OVERLAP_MD_SLOWER_THAN_RLD = [
     # ids are held now, not at 1.1 s (each id RLD streams until then MD would have to remake).
     (paced_tick(0.30), []),
     (relay(9), []),
-    (md(9), [FollowMain(ids(8), [{"output_ids": ids(9)}], 1)]),
+    (md(9), [FollowMain(ids(8), [_chunk(ids(9))], 1)]),
 ]
 
 OVERLAP_MD_FASTER_THAN_RLD = [
@@ -354,7 +359,7 @@ OVERLAP_MD_FASTER_THAN_RLD = [
     # 30 ids per second against RLD's 10: 1 behind closes in 0.05 s: RLD streams on.
     (paced_tick(0.20, relay_itl_s=0.1), []),
     (relay(9), [emit(9, 8)]),
-    (md(10), [FollowMain(ids(9), [{"output_ids": ids(10)}], 0)]),  # caught up: no gap at all
+    (md(10), [FollowMain(ids(9), [_chunk(ids(10))], 0)]),  # caught up: no gap at all
 ]
 
 OVERLAP_MD_CATCHING_UP_TOO_SLOWLY = [
@@ -382,7 +387,7 @@ OVERLAP_MD_KNOWN_TO_BE_NO_FASTER = [
     # first ids, with no wait for a pace of this request's own.
     (Tick(0.05, 0.0, 0.02, 1.0, 0.025), []),
     (relay(7), []),
-    (md(7), [FollowMain(ids(6), [{"output_ids": ids(7)}], 1)]),
+    (md(7), [FollowMain(ids(6), [_chunk(ids(7))], 1)]),
 ]
 
 OVERLAP_CASES = {

@@ -24,6 +24,7 @@ from sglang_pdd.router.upstream.calls import UpstreamError, abort, post_json, st
 from sglang_pdd.router.upstream.chunk_queue import END as _END
 from sglang_pdd.router.upstream.chunk_queue import InlineStream, PumpedStream
 from sglang_pdd.router.upstream.chunk_queue import pump as _pump
+from sglang_pdd.router.upstream.chunks import ChunkMeta
 from sglang_pdd.wire.messages import Ready
 from sglang_pdd.wire.rids import SubRids
 
@@ -168,7 +169,7 @@ class PddRequestRun(RelayedPipeline):
                 self._tasks.remove(task)
             self.router.keep_in_background(task)
 
-    def _delta(self, token_ids: list[int], source: str, meta: dict) -> TokenDelta:
+    def _delta(self, token_ids: list[int], source: str, meta: ChunkMeta) -> TokenDelta:
         now = self._since()
         rec = self.record
         if rec.first_token_s is None and token_ids:
@@ -394,13 +395,13 @@ class PddRequestRun(RelayedPipeline):
         while (chunk := await relay_q.get()) is not _END:
             if isinstance(chunk, Exception):
                 await self._raise_prefill_error(prefill, chunk)
-            ids = chunk["output_ids"]
+            ids = chunk.output_ids
             if len(ids) > sent:
-                yield self._delta(ids[sent:], "relay", chunk["meta_info"])
+                yield self._delta(ids[sent:], "relay", chunk.meta_info)
                 sent = len(ids)
-            if chunk["meta_info"].get("finish_reason"):
+            if chunk.finish_reason:
                 self.record.finished_on = "relay"
-                yield self._finished(chunk["meta_info"]["finish_reason"])
+                yield self._finished(chunk.finish_reason)
                 return
 
     @staticmethod
@@ -429,7 +430,7 @@ class PddRequestRun(RelayedPipeline):
         while (chunk := early.pop(0) if early else await main_q.get()) is not _END:
             if isinstance(chunk, Exception):
                 raise chunk
-            ids = chunk["output_ids"]
+            ids = chunk.output_ids
             if expected_prefix:
                 n = min(len(ids), len(expected_prefix))  # what of the prefix this chunk covers
                 if ids[:n] != list(expected_prefix[:n]):
@@ -438,13 +439,13 @@ class PddRequestRun(RelayedPipeline):
             if self.record.main_ready_s is None:
                 self._drain_ready(events)
             if len(ids) > sent:
-                yield self._delta(ids[sent:], "main", chunk["meta_info"])
+                yield self._delta(ids[sent:], "main", chunk.meta_info)
                 sent = len(ids)
-            if chunk["meta_info"].get("finish_reason"):
+            if chunk.finish_reason:
                 self.record.finished_on = "main"
                 self._drain_ready(events)
                 self._main_ended(ids)
-                yield self._finished(chunk["meta_info"]["finish_reason"])
+                yield self._finished(chunk.finish_reason)
                 return
         raise UpstreamError(
             502, {"error": {"message": "Main-Decode stream ended early"}}, self.main.url

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sglang_pdd.router.upstream.chunks import ChunkMeta
+
 
 @dataclass
 class PddRecord:
@@ -104,13 +106,13 @@ class TokenDelta:
     top_logprobs: list | None = None
 
 
-def token_logprobs(meta: dict, count: int) -> tuple[list, list]:
+def token_logprobs(meta: ChunkMeta, count: int) -> tuple[list, list]:
     """The entries of the last ``count`` output tokens in an instance's cumulative
     ``meta_info``. The tail, because Main-Decode's lists hold P's first token and then only the
     tokens it sampled itself, not the handed-off ones before them."""
     out = []
-    for key in ("output_token_logprobs", "output_top_logprobs"):
-        values = list(meta.get(key) or [])[-count:] if count else []
+    for entries in (meta.output_token_logprobs, meta.output_top_logprobs):
+        values = list(entries or [])[-count:] if count else []
         out.append([None] * (count - len(values)) + values)
     return out[0], out[1]
 

@@ -284,8 +284,7 @@ class RelayedPipeline:
             if self.record.main_answer_s is None:
                 self.record.main_answer_s = self._since()
             return MainChunk(value)
-        meta = value["meta_info"]
-        return RelayChunk(value["output_ids"], meta, meta.get("finish_reason"))
+        return RelayChunk(value.output_ids, value.meta_info, value.finish_reason)
 
     async def _send_to_main(self, control, main_rid: str, action: SendToMain) -> list:
         """Send the core's handoff to MD; what the core answers if MD's socket takes nothing."""

@@ -6,7 +6,10 @@ import json
 import logging
 
 import aiohttp
+import msgspec
 import orjson
+
+from sglang_pdd.router.upstream.chunks import DECODER, GenerateChunk
 
 logger = logging.getLogger("sglang_pdd.router")
 
@@ -87,7 +90,7 @@ async def stream_sse(
     incremental: bool = False,
     shared_ids: bool = False,
 ):
-    """POST with ``stream: true`` and yield chunks until ``[DONE]``.
+    """POST with ``stream: true`` and yield ``GenerateChunk``s until ``[DONE]``.
 
     Chunks always carry the cumulative ``output_ids`` (SGLang's default). ``incremental``: the
     server runs with ``--incremental-streaming-output`` (each chunk carries only its new ids,
@@ -99,7 +102,7 @@ async def stream_sse(
     streams wait while the router serves others, the router's per-chunk work (queue, detokenize,
     write to the client) is then paid once per read instead of once per token.
 
-    ``shared_ids`` (incremental only): each chunk's ``output_ids`` (and logprob entries) is the
+    ``shared_ids`` (incremental only): each chunk's ``output_ids`` (and logprob entries) are the
     reader's own running list, not a copy of it, which would cost O(answer) per chunk; only
     for a consumer done with each chunk before it reads the next (an ``InlineStream``'s), as
     the list grows with every later read."""
@@ -119,10 +122,11 @@ async def stream_sse(
 
 
 class _ChunkReader:
-    """An SSE byte stream to cumulative chunks. ``feed(data)`` takes what one read returned
-    (``b""``: the stream ended) and returns the latest whole chunk in it (None if none ended in
-    it) and whether ``[DONE]`` came; an error chunk raises ``UpstreamError``, and so does a
-    chunk that ends the request with SGLang's error abort (``instance``: the server's URL)."""
+    """An SSE byte stream to cumulative ``GenerateChunk``s. ``feed(data)`` takes what one read
+    returned (``b""``: the stream ended) and returns the latest whole chunk in it (None if none
+    ended in it) and whether ``[DONE]`` came; an error chunk raises ``UpstreamError``, and so
+    does a chunk that ends the request with SGLang's error abort (``instance``: the server's
+    URL) and one that is not a ``/generate`` chunk (a 502: SGLang's format changed)."""
 
     def __init__(
         self,
@@ -136,10 +140,11 @@ class _ChunkReader:
         self.incremental = incremental
         self.logprobs = logprobs
         self.ids: list[int] = []
-        self.entries: dict[str, list] = {"output_token_logprobs": [], "output_top_logprobs": []}
+        self.token_logprobs: list = []  # output_token_logprobs so far (incremental)
+        self.top_logprobs: list = []  # output_top_logprobs so far (incremental)
         self.pending = bytearray()  # the start of a line the next read completes
 
-    def feed(self, data: bytes) -> tuple[dict | None, bool]:
+    def feed(self, data: bytes) -> tuple[GenerateChunk | None, bool]:
         if not self.pending and data.endswith(b"\n"):
             lines = data.split(b"\n")  # whole events only, as most reads hold
         else:
@@ -158,45 +163,59 @@ class _ChunkReader:
             payload = line[5:].strip()
             if payload == b"[DONE]":
                 return self._out(latest), True
-            latest = self._chunk(orjson.loads(payload))  # every chunk of every stream: orjson
+            latest = self._chunk(payload)
         return self._out(latest), False
 
-    def _chunk(self, chunk):
-        if isinstance(chunk, dict) and "error" in chunk and "output_ids" not in chunk:
-            error = chunk["error"]
-            raise UpstreamError(error.get("code", 500) if isinstance(error, dict) else 500, chunk)
-        if not isinstance(chunk, dict):
-            return chunk
-        meta = chunk.get("meta_info")
-        reason = meta.get("finish_reason") if isinstance(meta, dict) else None
-        aborted = isinstance(reason, dict) and reason.get("type") == "abort"
+    def _chunk(self, payload: bytes) -> GenerateChunk:
+        try:
+            chunk = DECODER.decode(payload)  # every chunk of every stream: msgspec, typed once
+        except msgspec.DecodeError as exc:
+            raise _not_a_chunk(payload, exc) from exc
+        meta = chunk.meta_info
+        reason = meta.finish_reason
+        aborted = reason is not None and reason.get("type") == "abort"
         if aborted and (failure := error_abort(reason, self.instance)) is not None:
             raise failure
         # SGLang's final chunk of an aborted incremental stream repeats the last id.
-        if self.incremental and "output_ids" in chunk and not aborted:
-            self.ids.extend(chunk["output_ids"])
-            entries = meta if isinstance(meta, dict) else {}
-            for key, acc in self.entries.items():  # new entries only, like the ids
-                acc.extend(entries.get(key) or [])
+        if self.incremental and not aborted:
+            self.ids.extend(chunk.output_ids)
+            # New entries only, like the ids.
+            self.token_logprobs.extend(meta.output_token_logprobs or [])
+            self.top_logprobs.extend(meta.output_top_logprobs or [])
         return chunk
 
-    def _out(self, chunk):
+    def _out(self, chunk: GenerateChunk | None) -> GenerateChunk | None:
         """``chunk`` with the ids (and logprob entries) so far: what every chunk before it in
         the same read carried is in it."""
-        if chunk is None or not (self.incremental and isinstance(chunk, dict)):
+        if chunk is None or not self.incremental:
             return chunk
-        if "output_ids" in chunk:
-            if self.shared_ids:
-                chunk["output_ids"] = self.ids
-                if self.logprobs:
-                    chunk.setdefault("meta_info", {}).update(self.entries)
-                return chunk
-            chunk["output_ids"] = list(self.ids)
+        meta = chunk.meta_info
+        if self.shared_ids:
+            chunk.output_ids = self.ids
             if self.logprobs:
-                chunk.setdefault("meta_info", {}).update(
-                    {key: list(acc) for key, acc in self.entries.items()}
-                )
+                meta.output_token_logprobs = self.token_logprobs
+                meta.output_top_logprobs = self.top_logprobs
+            return chunk
+        chunk.output_ids = list(self.ids)
+        if self.logprobs:
+            meta.output_token_logprobs = list(self.token_logprobs)
+            meta.output_top_logprobs = list(self.top_logprobs)
         return chunk
+
+
+def _not_a_chunk(payload: bytes, exc: msgspec.DecodeError) -> UpstreamError:
+    """What a line that is no ``GenerateChunk`` stands for: SGLang's error chunk (``{"error":
+    ...}``: its status and body), else a chunk in a shape the router does not know (a 502 for
+    the request, naming no instance: every instance of this SGLang would answer the same)."""
+    try:
+        body = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        body = None
+    if isinstance(body, dict) and "error" in body and "output_ids" not in body:
+        error = body["error"]
+        return UpstreamError(error.get("code", 500) if isinstance(error, dict) else 500, body)
+    message = f"SGLang sent a /generate chunk the router cannot read: {exc}"
+    return UpstreamError(502, {"error": {"message": message, "code": 502}})
 
 
 def error_abort(reason: dict, instance: str | None) -> UpstreamError | None:

@@ -6,29 +6,34 @@ from __future__ import annotations
 import pytest
 
 from sglang_pdd.router.pipeline.record import PddRecord, token_logprobs
+from sglang_pdd.router.upstream.chunks import ChunkMeta
+
+
+def _meta(**entries) -> ChunkMeta:
+    return ChunkMeta(id="r", finish_reason=None, **entries)
 
 
 def test_the_tail_belongs_to_the_newest_tokens():
     # Main-Decode after a handoff of 3 ids: P's first entry, padding, then its own tokens.
-    meta = {
-        "output_token_logprobs": [
+    meta = _meta(
+        output_token_logprobs=[
             [-1.0, 5, None],
             [None, 6, None],
             [None, 7, None],
             [-0.5, 8, None],
             [-0.25, 9, None],
         ],
-        "output_top_logprobs": [[], [], [], [[-0.5, 8, None]], [[-0.25, 9, None]]],
-    }
+        output_top_logprobs=[[], [], [], [[-0.5, 8, None]], [[-0.25, 9, None]]],
+    )
     tokens, tops = token_logprobs(meta, 2)
     assert tokens == [[-0.5, 8, None], [-0.25, 9, None]]
     assert tops == [[[-0.5, 8, None]], [[-0.25, 9, None]]]
 
 
 def test_missing_entries_are_padded_not_shifted():
-    tokens, tops = token_logprobs({"output_token_logprobs": [[-1.0, 5, None]]}, 2)
+    tokens, tops = token_logprobs(_meta(output_token_logprobs=[[-1.0, 5, None]]), 2)
     assert tokens == [None, [-1.0, 5, None]] and tops == [None, None]
-    assert token_logprobs({}, 0) == ([], [])
+    assert token_logprobs(_meta(), 0) == ([], [])
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,11 @@ def _serve(chunks):
     return app
 
 
+def _meta(**fields) -> dict:
+    """A ``meta_info`` with the keys SGLang always sends (``id``, ``finish_reason``)."""
+    return {"id": "r", "finish_reason": None, **fields}
+
+
 def _collect(chunks, incremental):
     async def run():
         runner = web.AppRunner(_serve(chunks))
@@ -37,7 +42,7 @@ def _collect(chunks, incremental):
         try:
             async with aiohttp.ClientSession() as session:
                 url = f"http://127.0.0.1:{port}/generate"
-                return [c["output_ids"] async for c in stream_sse(session, url, {}, incremental)]
+                return [c.output_ids async for c in stream_sse(session, url, {}, incremental)]
         finally:
             await runner.cleanup()
 
@@ -52,20 +57,23 @@ def _growing(collected):
 
 def test_incremental_chunks_become_cumulative():
     chunks = [
-        {"output_ids": [1], "meta_info": {}},
-        {"output_ids": [2, 3], "meta_info": {}},
-        {"output_ids": [4], "meta_info": {"finish_reason": {"type": "length"}}},
+        {"output_ids": [1], "meta_info": _meta()},
+        {"output_ids": [2, 3], "meta_info": _meta()},
+        {"output_ids": [4], "meta_info": _meta(finish_reason={"type": "length"})},
     ]
     got = _collect(chunks, incremental=True)
     assert got[-1] == [1, 2, 3, 4] and _growing(got)
 
 
 def test_cumulative_chunks_pass_through_and_abort_repeat_is_ignored():
-    got = _collect([{"output_ids": [1]}, {"output_ids": [1, 2]}], False)
+    got = _collect(
+        [{"output_ids": [1], "meta_info": _meta()}, {"output_ids": [1, 2], "meta_info": _meta()}],
+        False,
+    )
     assert got[-1] == [1, 2] and _growing(got)
     aborted = [
-        {"output_ids": [5], "meta_info": {}},
-        {"output_ids": [5], "meta_info": {"finish_reason": {"type": "abort"}}},
+        {"output_ids": [5], "meta_info": _meta()},
+        {"output_ids": [5], "meta_info": _meta(finish_reason={"type": "abort"})},
     ]
     assert _collect(aborted, incremental=True)[-1] == [5]
 
@@ -89,7 +97,7 @@ def test_reads_split_anywhere_give_the_same_ids_and_last_chunk(pieces, cuts, log
 
     chunks = []
     for i, ids in enumerate(pieces):
-        meta = {"output_token_logprobs": [[-0.5, t, None] for t in ids]}
+        meta = _meta(output_token_logprobs=[[-0.5, t, None] for t in ids])
         if i == len(pieces) - 1:
             meta["finish_reason"] = {"type": "length", "length": i}
         chunks.append({"output_ids": ids, "meta_info": meta, "text": "x"})
@@ -100,27 +108,32 @@ def test_reads_split_anywhere_give_the_same_ids_and_last_chunk(pieces, cuts, log
     for a, b in pairwise(bounds):
         latest, done = reader.feed(stream[a:b])
         if latest is not None:
-            assert (latest["output_ids"] is reader.ids) == shared  # shared: never copied
-            meta = dict(latest["meta_info"])  # what the consumer sees now, before reading on
-            if logprobs:
-                meta["output_token_logprobs"] = list(meta["output_token_logprobs"])
-            got.append({"output_ids": list(latest["output_ids"]), "meta_info": meta})
+            assert (latest.output_ids is reader.ids) == shared  # shared: never copied
+            meta = latest.meta_info  # what the consumer sees now, before reading on
+            got.append(
+                {
+                    "output_ids": list(latest.output_ids),
+                    "finish_reason": meta.finish_reason,
+                    "output_token_logprobs": list(meta.output_token_logprobs or []),
+                }
+            )
         if done:  # the caller reads no further: only the [DONE] line's blank line may be left
             assert not stream[b:].strip(), stream[b:]
             break
     assert done and _growing([c["output_ids"] for c in got])
     everything = [t for ids in pieces for t in ids]
     assert got[-1]["output_ids"] == everything
-    assert got[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": len(pieces) - 1}
+    assert got[-1]["finish_reason"] == {"type": "length", "length": len(pieces) - 1}
     if logprobs:
-        assert [e[1] for e in got[-1]["meta_info"]["output_token_logprobs"]] == everything
+        assert [e[1] for e in got[-1]["output_token_logprobs"]] == everything
 
 
 def test_an_error_chunk_raises_after_the_ids_before_it():
     from sglang_pdd.router.upstream.calls import UpstreamError, _ChunkReader
 
     reader = _ChunkReader(incremental=True, logprobs=False)
-    assert reader.feed(b'data: {"output_ids": [1], "meta_info": {}}\n\n')[0]["output_ids"] == [1]
+    chunk = {"output_ids": [1], "meta_info": _meta()}
+    assert reader.feed(b"data: " + json.dumps(chunk).encode() + b"\n\n")[0].output_ids == [1]
     with pytest.raises(UpstreamError) as caught:
         reader.feed(b'data: {"error": {"message": "boom", "code": 503}}\n\n')
     assert caught.value.status == 503
@@ -130,8 +143,10 @@ def test_a_stream_that_ends_without_a_newline_still_gives_its_last_chunk():
     from sglang_pdd.router.upstream.calls import _ChunkReader
 
     reader = _ChunkReader(incremental=False, logprobs=False)
-    assert reader.feed(b'data: {"output_ids": [1, 2]}') == (None, False)
-    assert reader.feed(b"") == ({"output_ids": [1, 2]}, False)
+    line = b'data: {"output_ids": [1, 2], "meta_info": {"id": "r", "finish_reason": null}}'
+    assert reader.feed(line) == (None, False)
+    chunk, done = reader.feed(b"")
+    assert chunk.output_ids == [1, 2] and not done
 
 
 def test_an_abort_to_an_instance_that_never_answers_gives_up():
@@ -251,7 +266,7 @@ def _abort_chunk(**reason) -> bytes:
     chunk = {
         "text": "",
         "output_ids": [7],
-        "meta_info": {"finish_reason": {"type": "abort", **reason}},
+        "meta_info": {"id": "r", "finish_reason": {"type": "abort", **reason}},
     }
     return b"data: " + orjson.dumps(chunk) + b"\n\n"
 
@@ -286,4 +301,4 @@ def test_a_graceful_abort_is_a_normal_end(reason):
 
     reader = _ChunkReader(incremental=False, logprobs=False, instance="http://md:1")
     chunk, done = reader.feed(_abort_chunk(**reason))
-    assert chunk["meta_info"]["finish_reason"]["type"] == "abort" and not done
+    assert chunk.finish_reason["type"] == "abort" and not done
