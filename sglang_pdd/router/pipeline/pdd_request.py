@@ -1,6 +1,7 @@
 """``PddRequestRun``: one request through P-MD, P-RLD-MD or P-RLD, as a stream of token deltas.
 
-P-MD and P-RLD are here; P-RLD-MD (One-Shot or Catch-Up) is ``relayed.RelayedPipeline``. No
+P-MD and P-RLD are here; P-RLD-MD (One-Shot or Catch-Up) is ``relayed.RelayedPipeline``, which
+runs on this class as its ``relayed_context.RelayedContext``. No
 token is sent twice: the router forwards Relay-Decode's tokens only up to the final handoff, and
 Main-Decode's only past it.
 """
@@ -18,7 +19,8 @@ from sglang_pdd.policy import PIPELINE_P_MD, PIPELINE_P_RLD
 from sglang_pdd.policy.placement import PACE_MIN_GAPS
 from sglang_pdd.router.instances.transfers import DEFERRED
 from sglang_pdd.router.pipeline.record import Finished, PddRecord, TokenDelta, token_logprobs
-from sglang_pdd.router.pipeline.relayed import RelayedPipeline, take_ready_event
+from sglang_pdd.router.pipeline.relayed import RelayedPipeline, prefill_failure
+from sglang_pdd.router.pipeline.relayed_release import take_ready_event
 from sglang_pdd.router.state import RoutedRequest, RouterState
 from sglang_pdd.router.upstream.calls import UpstreamError, abort, post_json, stream_sse
 from sglang_pdd.router.upstream.chunk_queue import END as _END
@@ -56,7 +58,7 @@ class _Gaps:
         return self.total / self.count if self.count else None
 
 
-class PddRequestRun(RelayedPipeline):
+class PddRequestRun:
     """Drive one request; iterate ``events()`` for ``TokenDelta``s and a final ``Finished``."""
 
     def __init__(self, router: RouterState, body: dict, rid: str, routed: RoutedRequest) -> None:
@@ -81,12 +83,11 @@ class PddRequestRun(RelayedPipeline):
         self.t0 = time.monotonic()
         self._tasks: list[asyncio.Task] = []
         self.prompt_tokens = len(body["input_ids"])
-        self._released = False  # finished on RLD; MD still receives (and caches) the KV
+        self.released = False  # finished on RLD; MD still receives (and caches) the KV
         self._transfer = None  # this request's registered transfer to MD
         self._last_relay_s = 0.0
         self._gap_from: float | None = None  # when the last id before a final handoff went
         self._itl = {"relay": _Gaps(), "main": _Gaps()}  # chunk gaps per source
-        self._core = None  # P-RLD-MD: the request's HandoffCore
         # instance URL -> this run's streams from it (queues pumped by a task, inline streams)
         self._streams: dict[str, list[PumpedStream | InlineStream]] = {}
         self.site.active += 1
@@ -94,10 +95,10 @@ class PddRequestRun(RelayedPipeline):
         self._counted = True
 
     # -- helpers ----------------------------------------------------------------------------
-    def _since(self) -> float:
+    def since(self) -> float:
         return time.monotonic() - self.t0
 
-    def _sub_body(self, rid: str, room: int) -> dict:
+    def sub_body(self, rid: str, room: int) -> dict:
         prefill = self.router.bootstrap[self.prefill_url]
         return {
             **self.body,
@@ -107,13 +108,13 @@ class PddRequestRun(RelayedPipeline):
             "bootstrap_room": room,
         }
 
-    def _prefill(self, rid: str, room: int):
+    def prefill(self, rid: str, room: int):
         """P's sub-request ``rid`` (a coroutine answering when P has sent the KV)."""
         return post_json(
-            self.router.session, f"{self.prefill_url}/generate", self._sub_body(rid, room)
+            self.router.session, f"{self.prefill_url}/generate", self.sub_body(rid, room)
         )
 
-    def _spawn(self, coro) -> asyncio.Task:
+    def spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
         task.add_done_callback(self._note_failure)
         self._tasks.append(task)
@@ -130,17 +131,16 @@ class PddRequestRun(RelayedPipeline):
                 exc,
             )
 
-    def _stream_into_queue(self, url: str, body: dict, parked: bool = False) -> PumpedStream:
+    def stream_into_queue(self, url: str, body: dict, answer_due=None) -> PumpedStream:
         """Stream ``url``'s answer to ``body`` into a queue (a task of its own copies it), for
-        a stream waited on together with others. ``parked``: a relayed MD stream, silent until
-        the final handoff, when its idle limit starts."""
+        a stream waited on together with others. ``answer_due``: a parked relayed MD stream's
+        (silent by design until it owes tokens): its idle limit applies only while that says
+        so."""
         queue = PumpedStream()
         self._streams.setdefault(url, []).append(queue)
         limit = self.router.config.upstream_idle_timeout_s
-        # A parked MD stream is silent by design until the final handoff, or until the release
-        # of a request that finished on RLD (MD then ends it once its KV has landed).
-        idle = (lambda: limit if self._main_answer_due() else None) if parked else (lambda: limit)
-        queue.task = self._spawn(_pump(self._upstream(url, body), queue, url, idle))
+        idle = (lambda: limit if answer_due() else None) if answer_due else (lambda: limit)
+        queue.task = self.spawn(_pump(self._upstream(url, body), queue, url, idle))
         return queue
 
     def _stream_inline(self, url: str, body: dict) -> InlineStream:
@@ -157,20 +157,15 @@ class PddRequestRun(RelayedPipeline):
         incremental = self.router.incremental_streams.get(url, False)
         return stream_sse(self.router.session, f"{url}/generate", body, incremental, shared_ids)
 
-    def _main_answer_due(self) -> bool:
-        """A parked MD stream owes tokens: the final handoff was sent (or taken), or the
-        request finished on RLD and MD ends it once its KV has landed."""
-        return self._released or (self._core is not None and self._core.main_answer_due)
-
-    def _detach(self, *tasks: asyncio.Task) -> None:
+    def detach(self, *tasks: asyncio.Task) -> None:
         """Let ``tasks`` run to their end after this request is answered (not cancelled)."""
         for task in tasks:
             if task in self._tasks:
                 self._tasks.remove(task)
             self.router.keep_in_background(task)
 
-    def _delta(self, token_ids: list[int], source: str, meta: ChunkMeta) -> TokenDelta:
-        now = self._since()
+    def delta(self, token_ids: list[int], source: str, meta: ChunkMeta | None) -> TokenDelta:
+        now = self.since()
         rec = self.record
         if rec.first_token_s is None and token_ids:
             rec.first_token_s = now
@@ -232,14 +227,24 @@ class PddRequestRun(RelayedPipeline):
         pairs = [(url, rid) for url, rids in self.sub_rids().items() for rid in rids]
         await asyncio.gather(*(abort(self.router.session, url, rid) for url, rid in pairs))
 
-    def _relay_itl(self) -> float | None:
+    def relay_itl(self) -> float | None:
         """RLD's seconds per id for this request so far (None before its second id)."""
         rec = self.record
         if rec.relay_tokens < 2 or rec.relay_last_s is None or rec.first_token_s is None:
             return None
         return (rec.relay_last_s - rec.first_token_s) / (rec.relay_tokens - 1)
 
-    def _finished(self, finish_reason: dict | None) -> Finished:
+    def start_handoff_gap(self) -> None:
+        """The client's gap at a switch to MD starts at the last id it was sent (None: none
+        yet); ``delta`` measures it at MD's first."""
+        self._gap_from = self.record.e2e_s
+
+    def drop_transfer(self) -> None:
+        """This request's registered transfer to MD never landed: free its waiters."""
+        if self._transfer is not None:
+            self.site.transfers.drop(self._transfer)
+
+    def finished(self, finish_reason: dict | None) -> Finished:
         """The request's end, with its record's streaming figures filled in."""
         rec = self.record
         rec.relay_itl_s = self._itl["relay"].mean
@@ -251,16 +256,16 @@ class PddRequestRun(RelayedPipeline):
             self.router.note_relay_itl(rec.relay_itl_s)
         return Finished(finish_reason, self.prompt_tokens, rec)
 
-    def _prefill_done(self, task: asyncio.Task | None = None) -> None:
+    def prefill_done(self, task: asyncio.Task | None = None) -> None:
         if task is not None and self.record.prefill_s is None:
-            self.record.prefill_s = self._since()
+            self.record.prefill_s = self.since()
         if self._counted:
             self._counted = False
             self.router.prefill_active[self.prefill_url] -= 1
 
-    def _main_prefill_done(self, task: asyncio.Task) -> None:
+    def main_prefill_done(self, task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is None:
-            self.record.main_prefill_s = self._since()
+            self.record.main_prefill_s = self.since()
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -272,16 +277,16 @@ class PddRequestRun(RelayedPipeline):
             for stream in streams:
                 with contextlib.suppress(Exception):  # a broken stream is closed anyway
                     await stream.aclose()
-        self._prefill_done()
+        self.prefill_done()
         self.site.active -= 1
-        if self._transfer is not None and not self._released:
+        if self._transfer is not None and not self.released:
             self.site.transfers.drop(self._transfer)  # never landed: nothing to wait for
-        if not self._released:  # else the background task reading MD's late events forgets it
+        if not self.released:  # else the background task reading MD's late events forgets it
             self.router.control_for(self.main).forget(self.ids.relayed)
         self.router.control_for(self.main).forget(self.ids.main)
 
     # -- the transfer to Main-Decode ----------------------------------------------------------
-    def _try_claim(self, main_rid: str, *, learn: bool):
+    def try_claim(self, main_rid: str, *, learn: bool):
         """Register this request's transfer to MD unless a transfer carrying part of its prompt
         is on the link: ``(transfer, None)`` or ``(None, what to wait for)``. Synchronous, so
         no other request can slip in between the check and the registration."""
@@ -294,22 +299,22 @@ class PddRequestRun(RelayedPipeline):
             dep = None
         if dep is not None:
             return None, dep
-        return self._start_transfer(main_rid, warming=self._released, learn=learn), None
+        return self._start_transfer(main_rid, warming=self.released, learn=learn), None
 
-    async def _claim(self, main_rid: str, *, learn: bool):
+    async def claim(self, main_rid: str, *, learn: bool):
         """Wait until no transfer on MD's link carries this prompt's prefix, then register this
         request's own (MD then asks P only for what it still lacks)."""
         started = None
         while True:
-            transfer, dep = self._try_claim(main_rid, learn=learn)
-            waited = 0.0 if started is None else self._since() - started
-            holder = None if transfer is None else await self._claim_shared(transfer, waited)
+            transfer, dep = self.try_claim(main_rid, learn=learn)
+            waited = 0.0 if started is None else self.since() - started
+            holder = None if transfer is None else await self.claim_shared(transfer, waited)
             if transfer is not None and holder is None:
                 if started is not None:
-                    self.record.waited_s = round(self._since() - started, 4)
+                    self.record.waited_s = round(self.since() - started, 4)
                 return transfer
             if started is None:
-                started = self._since()
+                started = self.since()
                 self.site.transfers.stats.waited += 1
             if holder is not None:  # another router's transfer carries part of this prompt
                 await self.site.ledger.wait_ended(holder)
@@ -328,7 +333,7 @@ class PddRequestRun(RelayedPipeline):
                 )
                 self.site.transfers.drop(dep)
 
-    async def _claim_shared(self, transfer, waited_s: float = 0.0) -> str | None:
+    async def claim_shared(self, transfer, waited_s: float = 0.0) -> str | None:
         """Claim ``transfer`` on the ledger shared with other routers: None, or the rid of
         another router's transfer to wait for (``transfer`` is then dropped)."""
         holder = await self.site.claim_shared(transfer, waited_s)
@@ -359,7 +364,7 @@ class PddRequestRun(RelayedPipeline):
         )
         return self._transfer
 
-    def _main_ended(self, output_ids=()) -> None:
+    def main_ended(self, output_ids=()) -> None:
         """MD's request ended normally: SGLang inserted its KV into MD's radix tree."""
         self.site.confirm_cached(list(self.body["input_ids"]) + list(output_ids))
 
@@ -372,57 +377,49 @@ class PddRequestRun(RelayedPipeline):
             return self._main_only()
         if self.decision.pipeline == PIPELINE_P_RLD:
             return self._relay_only()
-        return self._relayed()
+        return RelayedPipeline(self).run()
 
     async def _main_only(self):
         rid = self.ids.main
         control = self.router.control_for(self.main)
         events = await control.watch(rid)
-        await self._claim(rid, learn=False)  # its time to MD includes P's prefill
+        await self.claim(rid, learn=False)  # its time to MD includes P's prefill
         room = random.getrandbits(63)
-        prefill = self._spawn(self._prefill(self.ids.prefill, room))
-        prefill.add_done_callback(self._prefill_done)
-        main_q = self._stream_inline(self.main.url, self._sub_body(rid, room))
-        async for event in self._follow_main(main_q, events, already_sent=0):
+        prefill = self.spawn(self.prefill(self.ids.prefill, room))
+        prefill.add_done_callback(self.prefill_done)
+        main_q = self._stream_inline(self.main.url, self.sub_body(rid, room))
+        async for event in self.follow_main(main_q, events, already_sent=0):
             yield event
 
     async def _relay_only(self):
         room = random.getrandbits(63)
-        prefill = self._spawn(self._prefill(self.ids.prefill, room))
-        prefill.add_done_callback(self._prefill_done)
-        relay_q = self._stream_inline(self.relay_url, self._sub_body(self.ids.relay, room))
+        prefill = self.spawn(self.prefill(self.ids.prefill, room))
+        prefill.add_done_callback(self.prefill_done)
+        relay_q = self._stream_inline(self.relay_url, self.sub_body(self.ids.relay, room))
         sent = 0
         while (chunk := await relay_q.get()) is not _END:
             if isinstance(chunk, Exception):
                 await self._raise_prefill_error(prefill, chunk)
             ids = chunk.output_ids
             if len(ids) > sent:
-                yield self._delta(ids[sent:], "relay", chunk.meta_info)
+                yield self.delta(ids[sent:], "relay", chunk.meta_info)
                 sent = len(ids)
             if chunk.finish_reason:
                 self.record.finished_on = "relay"
-                yield self._finished(chunk.finish_reason)
+                yield self.finished(chunk.finish_reason)
                 return
-
-    @staticmethod
-    def _prefill_failure(prefill_task: asyncio.Task) -> BaseException | None:
-        """P's error when its sub-request failed (P validates the prompt, so its error is the
-        one a client must see), else None."""
-        if prefill_task.done() and not prefill_task.cancelled():
-            return prefill_task.exception()
-        return None
 
     async def _raise_prefill_error(self, prefill_task: asyncio.Task, fallback: Exception):
         """Prefer the prefill server's error (it validates the prompt) over a decode-side one."""
-        raise self._prefill_failure(prefill_task) or fallback
+        raise prefill_failure(prefill_task) or fallback
 
-    def _note_ready(self, event: Ready) -> None:
+    def note_ready(self, event: Ready) -> None:
         if self.record.main_ready_s is None:
-            self.record.main_ready_s = self._since()
+            self.record.main_ready_s = self.since()
             self.record.wan_bytes = event.kv_bytes or 0
             self.record.main_cached_tokens = event.cached_tokens
 
-    async def _follow_main(self, main_q, events, already_sent: int, expected_prefix=(), early=()):
+    async def follow_main(self, main_q, events, already_sent: int, expected_prefix=(), early=()):
         """Forward Main-Decode's tokens past ``already_sent``; check it kept the handed prefix.
         ``early``: chunks of MD's stream already read from ``main_q``."""
         sent = already_sent
@@ -439,13 +436,13 @@ class PddRequestRun(RelayedPipeline):
             if self.record.main_ready_s is None:
                 self._drain_ready(events)
             if len(ids) > sent:
-                yield self._delta(ids[sent:], "main", chunk.meta_info)
+                yield self.delta(ids[sent:], "main", chunk.meta_info)
                 sent = len(ids)
             if chunk.finish_reason:
                 self.record.finished_on = "main"
                 self._drain_ready(events)
-                self._main_ended(ids)
-                yield self._finished(chunk.finish_reason)
+                self.main_ended(ids)
+                yield self.finished(chunk.finish_reason)
                 return
         raise UpstreamError(
             502, {"error": {"message": "Main-Decode stream ended early"}}, self.main.url
@@ -453,4 +450,4 @@ class PddRequestRun(RelayedPipeline):
 
     def _drain_ready(self, events: asyncio.Queue) -> None:
         if (ready := take_ready_event(events)) is not None:
-            self._note_ready(ready)
+            self.note_ready(ready)

@@ -75,7 +75,7 @@ class ClientRun:
         try:
             async for event in self._runs():
                 if isinstance(event, TokenDelta):
-                    now = self.run._since()
+                    now = self.run.since()
                     if last is None:
                         metrics.ttft.observe(now)
                     else:
