@@ -401,7 +401,8 @@ def start_router(
     """Start a(nother) router in front of ``cluster``; ``overrides`` replace config fields
     (``handoff_mode``, ``catchup_threshold``, ``catchup_chunk``, ``ttft_slo_s``,
     ``upstream_keepalive_s``, ``auto_relay_busy_fraction``, ``upstream_idle_timeout_s``,
-    ``seeded_sampling``, ``tool_call_parser``, ``reasoning_parser``, ``api_key``, ``admin_api_key``,
+    ``seeded_sampling``, ``tool_call_parser``, ``reasoning_parser``, ``tokenizer_path``,
+    ``api_key``, ``admin_api_key``,
     ``handoff_retry_s``, ``migration_limit``,
     ``control_curve`` (a (secret file, MD public key file) pair),
     ``control_timeout_s``, ``handoff_gap_prior_s``, ``tail_on_relay``, ``handoff_switch``,
@@ -463,6 +464,8 @@ def router_options(cfg: PddClusterConfig) -> dict:
         "seeded_sampling": cfg.seeded_sampling,
         "tool_call_parser": cfg.tool_call_parser,
         "reasoning_parser": cfg.reasoning_parser,
+        # Another directory of the same checkpoint and vocabulary (a chat-template variant).
+        "tokenizer_path": None,
         "api_key": None,
         "admin_api_key": None,
         "handoff_retry_s": HANDOFF_RETRY_S,
