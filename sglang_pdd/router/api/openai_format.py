@@ -5,28 +5,8 @@ from __future__ import annotations
 import json
 import time
 
+from sglang_pdd.router.pipeline.request_fields import OPENAI_TO_SAMPLING
 from sglang_pdd.router.upstream.calls import UpstreamError
-
-# OpenAI parameter -> SGLang sampling parameter.
-_SAMPLING = {
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "stop": "stop",
-    "seed": "sampling_seed",
-    "frequency_penalty": "frequency_penalty",
-    "presence_penalty": "presence_penalty",
-    "max_tokens": "max_new_tokens",
-    "max_completion_tokens": "max_new_tokens",
-    "top_k": "top_k",
-    "min_p": "min_p",
-    "repetition_penalty": "repetition_penalty",
-    "ignore_eos": "ignore_eos",
-    "min_tokens": "min_new_tokens",
-    "stop_token_ids": "stop_token_ids",
-    "skip_special_tokens": "skip_special_tokens",
-    "no_stop_trim": "no_stop_trim",
-    "logit_bias": "logit_bias",
-}
 
 
 def bad_request(message: str) -> UpstreamError:
@@ -36,7 +16,11 @@ def bad_request(message: str) -> UpstreamError:
 
 
 def sampling_params(body: dict, default_max_tokens: int | None) -> dict:
-    params = {_SAMPLING[k]: v for k, v in body.items() if k in _SAMPLING and v is not None}
+    params = {
+        OPENAI_TO_SAMPLING[k]: v
+        for k, v in body.items()
+        if k in OPENAI_TO_SAMPLING and v is not None
+    }
     if "max_new_tokens" not in params and default_max_tokens is not None:
         params["max_new_tokens"] = default_max_tokens
     if (schema := response_format_schema(body.get("response_format"))) is not None:
@@ -47,7 +31,7 @@ def sampling_params(body: dict, default_max_tokens: int | None) -> dict:
 def response_format_schema(response_format: dict | None) -> str | None:
     """The ``json_schema`` sampling parameter SGLang derives from an OpenAI ``response_format``
     (``ChatCompletionRequest.to_sampling_params``; checked against it by the unit tests), or
-    None for none or ``text``. The body was validated (``request_model.ResponseFormat``)."""
+    None for none or ``text``. The body was validated (``request_structs.ResponseFormat``)."""
     if not response_format:
         return None
     kind = response_format["type"]

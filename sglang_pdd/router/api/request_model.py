@@ -1,28 +1,23 @@
 """Typed checks of client requests at the router's door: a 400 naming the field, never a 500.
 
 ``/generate`` and the OpenAI endpoints are decoded with msgspec (as SGLang's own ``io_struct``)
-into the structs below, which state each field's type and range as SGLang's
-``SamplingParams.verify`` accepts them. The structs only check: the body goes on as the client
-sent it (fields the router does not serve are refused by ``request_fields``). The caps bound
-the work one request can ask for (``RequestLimits``, from the router's flags).
+into the structs of ``router.pipeline.request_structs``, which state each field's type and
+range as SGLang's ``SamplingParams.verify`` accepts them. The structs only check: the body goes
+on as the client sent it (fields the router does not serve are refused by ``request_fields``).
+The caps bound the work one request can ask for (``RequestLimits``, from the router's flags).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
 
 import msgspec
 
-NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
-PosInt = Annotated[int, msgspec.Meta(ge=1)]
-Temperature = Annotated[float, msgspec.Meta(ge=0.0)]
-TopP = Annotated[float, msgspec.Meta(gt=0.0, le=1.0)]
-MinP = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
-Penalty = Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)]
-RepetitionPenalty = Annotated[float, msgspec.Meta(gt=0.0, le=2.0)]
-Seed = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
-Rid = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
+from sglang_pdd.router.pipeline.request_structs import (
+    GenerateRequest,
+    OpenAIRequest,
+    SamplingParams,
+)
 
 
 @dataclass(frozen=True)
@@ -31,98 +26,6 @@ class RequestLimits:
 
     max_n: int = 64
     max_batch_size: int = 256
-
-
-class SamplingParams(msgspec.Struct):
-    """SGLang's ``sampling_params`` as the router checks them (other fields pass unchecked
-    here and are refused or carried by ``request_fields``)."""
-
-    max_new_tokens: NonNegInt | None = None
-    min_new_tokens: NonNegInt | None = None
-    n: PosInt | None = None
-    temperature: Temperature | None = None
-    top_p: TopP | None = None
-    top_k: Annotated[int, msgspec.Meta(ge=-1)] | None = None
-    min_p: MinP | None = None
-    frequency_penalty: Penalty | None = None
-    presence_penalty: Penalty | None = None
-    repetition_penalty: RepetitionPenalty | None = None
-    stop: str | list[str] | None = None
-    stop_token_ids: list[NonNegInt] | None = None
-    ignore_eos: bool | None = None
-    skip_special_tokens: bool | None = None
-    no_stop_trim: bool | None = None
-    spaces_between_special_tokens: bool | None = None
-    stream_interval: PosInt | None = None
-    sampling_seed: Seed | None = None
-    logit_bias: dict[str, float] | None = None
-    json_schema: str | None = None
-    regex: str | None = None
-    ebnf: str | None = None
-    structural_tag: str | None = None
-
-
-class GenerateRequest(msgspec.Struct):
-    """SGLang's ``/generate`` body (``GenerateReqInput``), the fields the router reads."""
-
-    text: str | list[str] | None = None
-    input_ids: list[Any] | None = None  # ids, or one list of ids per prompt (checked below)
-    sampling_params: SamplingParams | list[SamplingParams] | None = None
-    stream: bool | None = None
-    rid: Rid | list[Rid] | None = None
-    return_logprob: bool | None = None
-    top_logprobs_num: NonNegInt | None = None
-    return_text_in_logprobs: bool | None = None
-
-
-class JsonSchemaFormat(msgspec.Struct):
-    """OpenAI ``response_format.json_schema`` (SGLang's ``JsonSchemaResponseFormat``)."""
-
-    name: str
-    description: str | None = None
-    schema: dict[str, Any] | None = None
-    strict: bool | None = None
-
-
-class ResponseFormat(msgspec.Struct):
-    """OpenAI ``response_format`` (SGLang's ``ResponseFormat``). SGLang also accepts the schema
-    at ``response_format.schema``; its ``structural_tag`` type is refused by the router."""
-
-    type: Literal["text", "json_object", "json_schema"]
-    json_schema: JsonSchemaFormat | None = None
-    schema: dict[str, Any] | None = None
-
-
-class OpenAIRequest(msgspec.Struct):
-    """OpenAI ``/v1/completions`` and ``/v1/chat/completions`` bodies, the fields the router
-    reads (``messages`` are checked by the chat template)."""
-
-    model: str | None = None
-    prompt: str | list[NonNegInt] | None = None
-    messages: list[dict[str, Any]] | None = None
-    stream: bool | None = None
-    max_tokens: NonNegInt | None = None
-    max_completion_tokens: NonNegInt | None = None
-    min_tokens: NonNegInt | None = None
-    n: PosInt | None = None
-    temperature: Temperature | None = None
-    top_p: TopP | None = None
-    top_k: Annotated[int, msgspec.Meta(ge=-1)] | None = None
-    min_p: MinP | None = None
-    frequency_penalty: Penalty | None = None
-    presence_penalty: Penalty | None = None
-    repetition_penalty: RepetitionPenalty | None = None
-    stop: str | list[str] | None = None
-    stop_token_ids: list[NonNegInt] | None = None
-    seed: Seed | None = None
-    ignore_eos: bool | None = None
-    skip_special_tokens: bool | None = None
-    no_stop_trim: bool | None = None
-    logit_bias: dict[str, float] | None = None
-    logprobs: bool | NonNegInt | None = None
-    top_logprobs: NonNegInt | None = None
-    user: str | None = None
-    response_format: ResponseFormat | None = None
 
 
 class InvalidRequest(ValueError):

@@ -8,6 +8,13 @@ the value that means "off" (``false``, ``null``, ``n: 1``, an empty list).
 
 from __future__ import annotations
 
+from sglang_pdd.router.pipeline.request_structs import (
+    GenerateRequest,
+    OpenAIRequest,
+    SamplingParams,
+    field_meta,
+)
+
 # SGLang's own default for sampling_params.max_new_tokens (SamplingParams; checked by
 # tests/router/pipeline/test_request_fields.py against the installed SGLang).
 DEFAULT_MAX_NEW_TOKENS = 128
@@ -18,63 +25,27 @@ def max_new_tokens(sampling: dict) -> int:
     return int(sampling.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS) or DEFAULT_MAX_NEW_TOKENS)
 
 
-# /generate: fields the router serves.
-GENERATE_FIELDS = frozenset(
-    {
-        "text",
-        "input_ids",
-        "sampling_params",
-        "stream",
-        "rid",
-        "return_logprob",
-        "top_logprobs_num",
-        "return_text_in_logprobs",
-    }
-)
+# The sets below derive from the request structs (router.pipeline.request_structs), where each
+# field is declared once, with its part in the merge as field metadata.
+_GENERATE = field_meta(GenerateRequest)
+_OPENAI = field_meta(OpenAIRequest)
 
-# /generate fields sent on to every instance: each token's logprobs come from the instance
-# that produced it (only output logprobs: logprob_start_len other than -1 is refused).
-LOGPROB_FIELDS = ("return_logprob", "top_logprobs_num", "return_text_in_logprobs")
+# /generate: fields the router serves.
+GENERATE_FIELDS = frozenset(_GENERATE)
+
+# /generate fields sent on to every instance (``EVERY_INSTANCE``): each token's logprobs come
+# from the instance that produced it (only output logprobs: logprob_start_len other than -1 is
+# refused).
+LOGPROB_FIELDS = tuple(k for k, meta in _GENERATE.items() if meta.get("every_instance"))
 
 # OpenAI completions / chat: fields the router serves (sampling ones map onto SGLang's).
-OPENAI_FIELDS = frozenset(
-    {
-        "model",
-        "prompt",
-        "messages",
-        "stream",
-        "stream_options",
-        "user",
-        "max_tokens",
-        "max_completion_tokens",
-        "temperature",
-        "top_p",
-        "top_k",
-        "min_p",
-        "stop",
-        "stop_token_ids",
-        "seed",
-        "ignore_eos",
-        "skip_special_tokens",
-        "no_stop_trim",
-        "frequency_penalty",
-        "presence_penalty",
-        "repetition_penalty",
-        "min_tokens",
-        "logit_bias",
-        "logprobs",
-        "top_logprobs",
-        "n",
-        "response_format",
-        # chat only (router/api/openai_chat.py)
-        "tools",
-        "tool_choice",
-        "parallel_tool_calls",
-    }
-)
+OPENAI_FIELDS = frozenset(_OPENAI)
 
-# Fields of a chat request that are about tools (refused on /v1/completions).
-TOOL_FIELDS = ("tools", "tool_choice", "parallel_tool_calls")
+# Fields of a chat request that are about tools (``TOOLS``; refused on /v1/completions).
+TOOL_FIELDS = tuple(k for k, meta in _OPENAI.items() if meta.get("tools"))
+
+# OpenAI fields SGLang reads as sampling parameters (``to_sampling``), by SGLang's name.
+OPENAI_TO_SAMPLING = {k: meta["sampling"] or k for k, meta in _OPENAI.items() if "sampling" in meta}
 
 # /v1/chat/completions: the OpenAI fields, and SGLang's chat extensions its own serving-chat
 # code (router/api/openai_chat.py) builds the prompt and the answer with.
@@ -88,38 +59,10 @@ CHAT_FIELDS = OPENAI_FIELDS | frozenset(
     }
 )
 
-# /generate's sampling_params the router carries across the handoff. Penalties and
-# min_new_tokens are carried because MD counts the handed-off ids into SGLang's penalizers
-# (sglang_pdd.main_decode.penalties); grammars (json_schema, regex, ebnf, structural_tag: one
-# xgrammar matcher each) because MD advances the request's grammar over them
-# (sglang_pdd.main_decode.extend.advance_grammar); logit_bias is static per request.
-# Refused: custom logit processors, stop_regex (untested across the handoff), beam search and
-# watermarks.
+# /generate's sampling_params the router carries across the handoff: SamplingParams' fields
+# but those ``NOT_CARRIED`` (why each is carried: SamplingParams).
 SAMPLING_FIELDS = frozenset(
-    {
-        "max_new_tokens",
-        "stop",
-        "stop_token_ids",
-        "temperature",
-        "top_p",
-        "top_k",
-        "min_p",
-        "ignore_eos",
-        "skip_special_tokens",
-        "no_stop_trim",
-        "stream_interval",
-        "sampling_seed",
-        "spaces_between_special_tokens",
-        "frequency_penalty",
-        "presence_penalty",
-        "repetition_penalty",
-        "min_new_tokens",
-        "logit_bias",
-        "json_schema",
-        "regex",
-        "ebnf",
-        "structural_tag",
-    }
+    k for k, meta in field_meta(SamplingParams).items() if meta.get("carried", True)
 )
 
 # Values that mean the feature is off, per field (besides None / False / empty).
