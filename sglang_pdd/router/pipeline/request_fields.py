@@ -48,9 +48,12 @@ TOOL_FIELDS = tuple(k for k, meta in _OPENAI.items() if meta.get("tools"))
 OPENAI_TO_SAMPLING = {k: meta["sampling"] or k for k, meta in _OPENAI.items() if "sampling" in meta}
 
 # /v1/chat/completions: the OpenAI fields, and SGLang's chat extensions its own serving-chat
-# code (router/api/openai_chat.py) builds the prompt and the answer with.
+# code (router/api/openai_chat.py) builds the prompt and the answer with (``regex`` and ``ebnf``
+# become the grammar in the sampling parameters, which every instance applies).
 CHAT_FIELDS = OPENAI_FIELDS | frozenset(
     {
+        "regex",
+        "ebnf",
         "separate_reasoning",
         "stream_reasoning",
         "chat_template_kwargs",
