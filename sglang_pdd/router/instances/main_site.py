@@ -26,7 +26,7 @@ logger = logging.getLogger("sglang_pdd.router")
 RECENT_S = 30.0  # how long MD's own reports stand in for KV events not yet received
 RECENT_MAX = 4096
 # How long a request waits on other routers' transfers before sending its KV unclaimed (the
-# same bound as a wait on this router's own transfers, ``pdd_request.DEPENDENCY_TIMEOUT_S``).
+# same bound as a wait on this router's own transfers, ``transfer_claims.DEPENDENCY_TIMEOUT_S``).
 SHARED_WAIT_LIMIT_S = 60.0
 
 

@@ -14,10 +14,9 @@ import logging
 import random
 import time
 
-from sglang_pdd.cache.prefix_blocks import block_hashes
 from sglang_pdd.policy import PIPELINE_P_MD, PIPELINE_P_RLD
 from sglang_pdd.policy.placement import PACE_MIN_GAPS
-from sglang_pdd.router.instances.transfers import DEFERRED
+from sglang_pdd.router.pipeline import transfer_claims
 from sglang_pdd.router.pipeline.record import Finished, PddRecord, TokenDelta, token_logprobs
 from sglang_pdd.router.pipeline.relayed import RelayedPipeline, prefill_failure
 from sglang_pdd.router.pipeline.relayed_release import take_ready_event
@@ -31,9 +30,6 @@ from sglang_pdd.wire.messages import Ready
 from sglang_pdd.wire.rids import SubRids
 
 logger = logging.getLogger("sglang_pdd.router")
-# How long a request waits for a transfer of its prefix already on MD's link before sending
-# its own (a transfer that never lands must not hold every later request of its prefix).
-DEPENDENCY_TIMEOUT_S = 60
 
 
 class _Gaps:
@@ -285,84 +281,21 @@ class PddRequestRun:
             self.router.control_for(self.main).forget(self.ids.relayed)
         self.router.control_for(self.main).forget(self.ids.main)
 
-    # -- the transfer to Main-Decode ----------------------------------------------------------
+    # -- the transfer to Main-Decode (transfer_claims) ----------------------------------------
     def try_claim(self, main_rid: str, *, learn: bool):
-        """Register this request's transfer to MD unless a transfer carrying part of its prompt
-        is on the link: ``(transfer, None)`` or ``(None, what to wait for)``. Synchronous, so
-        no other request can slip in between the check and the registration."""
-        ids = self.body["input_ids"]
-        mp = self.router.main_plan(self.site, ids, self._hashes())
-        dep = mp.dependency
-        if dep is not None and mp.carries_dependency and dep.state == DEFERRED:
-            self.site.transfers.drop(dep)  # this request's KV carries the warm's prompt too
-            self.record.reason += f"; carries the deferred warm of {dep.rid}"
-            dep = None
-        if dep is not None:
-            return None, dep
-        return self._start_transfer(main_rid, warming=self.released, learn=learn), None
+        """Register this request's transfer to MD, or say what to wait for
+        (``transfer_claims.try_claim``)."""
+        return transfer_claims.try_claim(self, main_rid, learn=learn)
 
     async def claim(self, main_rid: str, *, learn: bool):
-        """Wait until no transfer on MD's link carries this prompt's prefix, then register this
-        request's own (MD then asks P only for what it still lacks)."""
-        started = None
-        while True:
-            transfer, dep = self.try_claim(main_rid, learn=learn)
-            waited = 0.0 if started is None else self.since() - started
-            holder = None if transfer is None else await self.claim_shared(transfer, waited)
-            if transfer is not None and holder is None:
-                if started is not None:
-                    self.record.waited_s = round(self.since() - started, 4)
-                return transfer
-            if started is None:
-                started = self.since()
-                self.site.transfers.stats.waited += 1
-            if holder is not None:  # another router's transfer carries part of this prompt
-                await self.site.ledger.wait_ended(holder)
-                continue
-            self.site.transfers.promote(dep)  # a deferred warm we need goes now
-            try:
-                await asyncio.wait_for(dep.off_link.wait(), DEPENDENCY_TIMEOUT_S)
-            except TimeoutError:
-                # MD never reported that KV: stop waiting and send this prompt's own.
-                logger.warning(
-                    "sglang-pdd router: %s: transfer %s did not land in %ds; "
-                    "sending this request's KV anyway",
-                    self.rid,
-                    dep.rid,
-                    DEPENDENCY_TIMEOUT_S,
-                )
-                self.site.transfers.drop(dep)
+        """Register this request's transfer to MD once nothing on the link carries its prefix
+        (``transfer_claims.claim``)."""
+        return await transfer_claims.claim(self, main_rid, learn=learn)
 
     async def claim_shared(self, transfer, waited_s: float = 0.0) -> str | None:
-        """Claim ``transfer`` on the ledger shared with other routers: None, or the rid of
-        another router's transfer to wait for (``transfer`` is then dropped)."""
-        holder = await self.site.claim_shared(transfer, waited_s)
-        if holder is not None:
-            self._transfer = None
-        return holder
-
-    def _hashes(self) -> list[int]:
-        if self.main_plan is not None:
-            return self.main_plan.hashes
-        return block_hashes(self.body["input_ids"], self.router.config.cache_block_tokens)
-
-    def _start_transfer(self, main_rid: str, *, warming: bool = False, learn: bool = True):
-        """Register the KV this request is about to send to MD (what MD's cache lacks now)."""
-        ids = self.body["input_ids"]
-        hashes = self._hashes()
-        cached = self.site.cached_tokens(ids, hashes)
-        nbytes = (len(ids) - cached) * self.router.kv_bytes_per_token
-        self._transfer = self.site.transfers.start(
-            main_rid,
-            hashes,
-            cached // self.router.config.cache_block_tokens,
-            nbytes,
-            warming=warming,
-            learn=learn,
-            prompt_tokens=len(ids),
-            token_bytes=self.router.kv_bytes_per_token,
-        )
-        return self._transfer
+        """Claim ``transfer`` on the ledger shared with other routers
+        (``transfer_claims.claim_shared``)."""
+        return await transfer_claims.claim_shared(self, transfer, waited_s)
 
     def main_ended(self, output_ids=()) -> None:
         """MD's request ended normally: SGLang inserted its KV into MD's radix tree."""
