@@ -93,7 +93,7 @@ def _corpus(seed: int, lines: int = 4000) -> list[str]:
     return [" ".join(rng.choice(_WORDS) for _ in range(rng.randint(5, 30))) for _ in range(lines)]
 
 
-def _write_tokenizer(cfg: TinyModelConfig, out: Path, chat_template: str) -> None:
+def _write_tokenizer(cfg: TinyModelConfig, out: Path, chat_template: str = CHAT_TEMPLATE) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
