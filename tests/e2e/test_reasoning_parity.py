@@ -3,9 +3,11 @@ reference both started with ``--reasoning-parser qwen3`` (and ``--tool-call-pars
 give the same ``reasoning_content`` and ``content``, streamed or not, handed off or not, with
 ``separate_reasoning`` on and off and the template's thinking switch either way.
 
-The tiny model never writes ``</think>`` by chance, so the reasoning cases constrain the answer
-with a ``regex`` to "<think>...</think>..." (SGLang's grammar, greedy): the parser then has a
-reasoning part and an answer to split, on a handoff's both sides."""
+The tiny model never writes ``</think>`` by chance, so the split cases constrain the answer
+with a ``regex`` to "<think>...</think>..." (SGLang's grammar, greedy) with thinking off: the
+parser then splits at the tags, on a handoff's both sides. With thinking on, SGLang's reasoner
+grammar lets the reasoning run free before a grammar applies, a switch the router does not
+carry to the instances: such a request is refused with a 400 naming it."""
 
 from __future__ import annotations
 
@@ -19,21 +21,23 @@ PARSERS = ("--tool-call-parser", "qwen25", "--reasoning-parser", "qwen3")
 THOUGHT = "<think>[a-z]{3,8}( [a-z]{3,8}){6,14}</think>[a-z]{3,8}( [a-z]{3,8}){4,12}"
 USER = [{"role": "user", "content": "Think, then answer: what is the weather?"}]
 
+THINKING_OFF = {"enable_thinking": False}
 CASES = {
-    "thought-then-answer": {"messages": USER, "regex": THOUGHT},
-    "kept-in-content": {"messages": USER, "regex": THOUGHT, "separate_reasoning": False},
-    "thinking-off": {
+    "thought-then-answer": {
         "messages": USER,
         "regex": THOUGHT,
-        "chat_template_kwargs": {"enable_thinking": False},
+        "chat_template_kwargs": THINKING_OFF,
     },
-    "thinking-on": {
+    "kept-in-content": {
         "messages": USER,
         "regex": THOUGHT,
-        "chat_template_kwargs": {"enable_thinking": True},
+        "chat_template_kwargs": THINKING_OFF,
+        "separate_reasoning": False,
     },
-    # No closing tag: the parser decides alone what is reasoning (all of it, or none).
+    # No closing tag: the parser decides alone what is reasoning (all of it with thinking on,
+    # none with it off).
     "free-text": {"messages": USER},
+    "free-text-thinking-off": {"messages": USER, "chat_template_kwargs": THINKING_OFF},
 }
 
 
@@ -97,7 +101,13 @@ def test_a_relayed_reasoning_answer_crosses_the_handoff(reasoning_routers, reaso
     import requests
 
     long_thought = "<think>[a-z]{3,8}( [a-z]{3,8}){60,80}</think>[a-z]{3,8}( [a-z]{3,8}){20,30}"
-    body = {"messages": USER, "regex": long_thought, "max_tokens": 400, "temperature": 0}
+    body = {
+        "messages": USER,
+        "regex": long_thought,
+        "chat_template_kwargs": THINKING_OFF,
+        "max_tokens": 400,
+        "temperature": 0,
+    }
     got, want = both(reasoning_routers["p-rld-md"], reasoning_colocated.url, body, stream=True)
     assert got == want, f"router {dumps(got)}\nreference {dumps(want)}"
     resp = requests.post(
@@ -105,3 +115,13 @@ def test_a_relayed_reasoning_answer_crosses_the_handoff(reasoning_routers, reaso
     )
     record = resp.json()["pdd"]
     assert record["relay_tokens"] > 0 and record["finished_on"] == "main", record
+
+
+def test_a_grammar_while_thinking_is_refused_naming_it(reasoning_routers, reasoning_colocated):
+    """SGLang serves a grammar while thinking (its reasoner grammar backend waits for the
+    reasoning's end); the router cannot carry that switch, so it answers 400 naming it."""
+    body = {"messages": USER, "regex": THOUGHT, "max_tokens": 32, "temperature": 0}
+    for pipeline in ("p-rld-md", "p-md"):
+        got, want = both(reasoning_routers[pipeline], reasoning_colocated.url, body, stream=False)
+        assert want["status"] == 200, want
+        assert got["status"] == 400 and "require_reasoning" in got["message"], got

@@ -195,7 +195,10 @@ class ChatServing:
         if adapted.require_reasoning and _has_grammar(adapted.sampling_params):
             # SGLang's reasoner grammar backend lets the reasoning run free before the
             # grammar applies; the router does not carry that switch to the instances.
-            refused.append("reasoning with tools or response_format (require_reasoning)")
+            refused.append(
+                "reasoning with a grammar (tools, response_format, regex or ebnf; "
+                "require_reasoning)"
+            )
         if refused:
             raise _bad(f"not supported by the sglang-pdd router: {', '.join(refused)}")
         sampling = {
