@@ -96,6 +96,9 @@ _LOGPROBS = "router/api/openai_logprobs.py"
 _VIEW = "cache/kv_event_view.py"
 
 _OAI = "sglang.srt.entrypoints.openai.protocol"
+_RESULTS = "sglang.srt.managers.scheduler_components.batch_result_processor"
+_REASONING = "sglang.srt.parser.reasoning_parser"
+_REASON = "router/api/reasoning_count.py"
 _CHAT = "router/api/openai_chat.py"
 _SERVING_CHAT = "sglang.srt.entrypoints.openai.serving_chat"
 _TM = "sglang.srt.managers.tokenizer_manager"
@@ -257,7 +260,7 @@ SURFACE: tuple[Use, ...] = (
         _EXTEND,
         *("inflight_middle_chunks", "logprob_start_len", "to_finish", "grammar"),
     ),
-    *_attrs(_BATCH, "Req", _SEEDED, "sampling_params"),
+    *_attrs(_BATCH, "Req", f"{_SEEDED}, {_REASON}", "sampling_params"),
     *_methods(_BATCH, "Req", _STATE, "refresh_fill_ids"),
     *_attrs(
         _BATCH,
@@ -442,6 +445,46 @@ SURFACE: tuple[Use, ...] = (
     _pos(METHOD, _RUNTIME, "RuntimeContext.config_leaf", _CHAT, "name"),
     *_attrs(_IO, "GenerateReqInput", _CHAT, "input_ids", "sampling_params", "require_reasoning"),
     *_attrs(_OAI, "ChatCompletionRequest", _CHAT, "stream", "separate_reasoning"),
+    # usage.reasoning_tokens: SGLang's counting on a stand-in Req (router/api/reasoning_count.py)
+    _pos(
+        METHOD,
+        _RESULTS,
+        "SchedulerBatchResultProcessor._maybe_update_reasoning_tokens",
+        _REASON,
+        "req",
+    ),
+    _pos(METHOD, _BATCH, "Req.update_reasoning_tokens", _REASON, "token_id", "think_end_ids"),
+    _pos(
+        METHOD,
+        _BATCH,
+        "Req.update_self_opened_reasoning_tokens",
+        _REASON,
+        *("token_id", "think_start_ids", "think_end_ids"),
+    ),
+    *_attrs(
+        _BATCH,
+        "Req",
+        _REASON,
+        *("require_reasoning", "reasoning_tokens", "_is_reasoning_over"),
+        *("_think_end_matcher", "_think_end_match_len", "_think_start_match_len"),
+    ),
+    *_attrs(
+        "sglang.srt.configs.model_config",
+        "ModelConfig",
+        _REASON,
+        *("think_end_ids", "self_opened_think_start_ids"),
+        "request_selectable_think_end_id_sequences",
+    ),
+    _use(
+        CLASS, _REASONING, "ReasoningParser", _REASON, "model_type", "stream_reasoning", "tokenizer"
+    ),
+    *_attrs(_REASONING, "ReasoningParser", _REASON, "detector"),
+    *_methods(
+        _REASONING,
+        "BaseReasoningFormatDetector",
+        _REASON,
+        *("get_think_end_token_ids", "get_self_opened_think_start_token_ids"),
+    ),
 )
 
 

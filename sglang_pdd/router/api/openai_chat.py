@@ -29,6 +29,7 @@ import time
 import weakref
 from dataclasses import dataclass
 
+from sglang_pdd.router.api.reasoning_count import ReasoningCount, think_ids
 from sglang_pdd.router.pipeline.record import TokenDelta
 from sglang_pdd.router.upstream.calls import UpstreamError
 
@@ -110,6 +111,7 @@ class PreparedChat:
     input_ids: list[int]
     sampling: dict
     stream: bool
+    require_reasoning: bool  # SGLang counts reasoning tokens by the template's thinking switch
 
 
 class ChatServing:
@@ -147,6 +149,7 @@ class ChatServing:
         self._runtime = runtime_context
         self._activate()
         model_config = ModelConfig.from_server_args(self.server_args)
+        think_ids(model_config, reasoning_parser, tokenizer)
         self.manager = _Manager(tokenizer, model_config, self.server_args, runtime_context)
         templates = TemplateManager()
         templates.initialize_templates(
@@ -206,11 +209,16 @@ class ChatServing:
             for k, v in adapted.sampling_params.items()
             if v is not None and k not in _DROPPED_SAMPLING
         }
-        return PreparedChat(request, list(ids), sampling, bool(request.stream))
+        return PreparedChat(
+            request, list(ids), sampling, bool(request.stream), bool(adapted.require_reasoning)
+        )
 
     def response(self, prepared: PreparedChat, oid: str, runs: list) -> dict:
         """The whole answer of finished ``runs`` (one per choice), as SGLang's server."""
-        ret = [self._ret_item(oid, run, len(run.text.ids), final=True) for run in runs]
+        ret = [
+            self._ret_item(oid, run, len(run.text.ids), True, self._reasoning(prepared))
+            for run in runs
+        ]
         self._activate()
         built = self.chat._build_chat_response(prepared.request, ret, int(time.time()))
         if not hasattr(built, "model_dump_json"):  # SGLang's error response
@@ -220,20 +228,32 @@ class ChatServing:
     async def stream(self, prepared: PreparedChat, oid: str, runs: list, events):
         """SGLang's SSE lines for the answer whose PDD ``events`` (index, event) arrive."""
         holds = self._holds_last_token(prepared.request)
-        items = _items(self._ret_item, oid, runs, events, holds)
+        counts = [self._reasoning(prepared) for _ in runs]
+
+        def ret_item(index: int, count: int, final: bool) -> dict:
+            return self._ret_item(oid, runs[index], count, final, counts[index])
+
+        items = _items(ret_item, runs, events, holds)
         self._activate()
         async for line in self.chat._generate_chat_stream(items, prepared.request, None):
             yield line
 
-    def _ret_item(self, oid: str, run, count: int, final: bool) -> dict:
+    def _reasoning(self, prepared: PreparedChat) -> ReasoningCount:
+        custom = prepared.sampling.get("custom_params")
+        return ReasoningCount(self.manager.model_config, prepared.require_reasoning, custom)
+
+    def _ret_item(self, oid: str, run, count: int, final: bool, reasoning: ReasoningCount) -> dict:
         """One output of ``run`` (its first ``count`` ids; ``final``: with its finish) in the
-        shape SGLang's tokenizer manager gives its OpenAI layer."""
+        shape SGLang's tokenizer manager gives its OpenAI layer; ``reasoning`` counts the
+        run's reasoning tokens."""
+        ids = run.text.ids[:count]
         meta = {
             "id": oid,
             "finish_reason": _finish_reason(run.finished.finish_reason) if final else None,
             "prompt_tokens": len(run.body["input_ids"]),
             "completion_tokens": count,
             "cached_tokens": 0,
+            "reasoning_tokens": reasoning.advance(ids),
             # The Main-Decode server's (its --weight-version): the router's instances serve
             # one model version.
             "weight_version": self.server_args.weight_version,
@@ -243,7 +263,7 @@ class ChatServing:
             meta["output_top_logprobs"] = run.top_logprobs[:count]
             meta["output_token_logprobs_length"] = min(count, len(run.token_logprobs))
         text = run.text.full() if final else run.text.sent
-        return {"text": text, "output_ids": run.text.ids[:count], "meta_info": meta}
+        return {"text": text, "output_ids": ids, "meta_info": meta}
 
     def _holds_last_token(self, request) -> bool:
         """Whether the stream's parsers must see the last token together with the finish
@@ -284,7 +304,7 @@ def _finish_reason(reason: dict | None) -> dict | None:
     return dict(reason) if reason else None
 
 
-async def _items(ret_item, oid: str, runs: list, events, holds: bool):
+async def _items(ret_item, runs: list, events, holds: bool):
     """The runs' output as SGLang's tokenizer manager streams it: one item per output token
     (cumulative text, as SGLang's detokenizer releases it), tagged with its choice's index;
     the finish reason on the last token's item (``holds``: each token's item waits for the
@@ -297,7 +317,7 @@ async def _items(ret_item, oid: str, runs: list, events, holds: bool):
                 if index in held:
                     yield held.pop(index)
                 run.text.add([token])
-                item = ret_item(oid, run, len(run.text.ids), final=False)
+                item = ret_item(index, len(run.text.ids), False)
                 item["index"] = index
                 if holds:
                     held[index] = item
@@ -305,7 +325,7 @@ async def _items(ret_item, oid: str, runs: list, events, holds: bool):
                     yield item
             continue
         # The run ended: its text is final (a matched stop trimmed, as SGLang's detokenizer).
-        item = held.pop(index, None) or ret_item(oid, run, len(run.text.ids), final=False)
+        item = held.pop(index, None) or ret_item(index, len(run.text.ids), False)
         item["text"] = run.text.full()
         item["meta_info"]["finish_reason"] = _finish_reason(event.finish_reason)
         item["index"] = index

@@ -213,11 +213,17 @@ def test_reasoning_is_separated_as_sglang_separates_it(thinking, tokenizer):
     body = {"messages": TOOL_TURN[:1], "max_tokens": 50}
     ids = tokenizer.encode("plan it</think>done", add_special_tokens=False)
     stop = {"type": "stop", "matched": None}
-    message = _whole(thinking, thinking.prepare(body), tokenizer, ids, stop)["choices"][0]
+    whole = _whole(thinking, thinking.prepare(body), tokenizer, ids, stop)
+    message = whole["choices"][0]
     assert (message["message"]["reasoning_content"], message["message"]["content"]) == (
         "plan it",
         "done",
     )
+    # usage counts the thought up to its end tag, as SGLang's scheduler does
+    end = tokenizer.encode("</think>", add_special_tokens=False)
+    counted = len(tokenizer.encode("plan it", add_special_tokens=False)) + len(end)
+    assert whole["usage"]["reasoning_tokens"] == counted > 0
+    assert whole["usage"]["completion_tokens_details"] == {"reasoning_tokens": counted}
     kept = thinking.prepare({**body, "separate_reasoning": False})
     message = _whole(thinking, kept, tokenizer, ids, stop)["choices"][0]["message"]
     assert (message["reasoning_content"], message["content"]) == (None, "plan it</think>done")
