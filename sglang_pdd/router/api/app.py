@@ -9,21 +9,15 @@ import time
 import aiohttp
 from aiohttp import web
 
-from sglang_pdd.router.api.auth import api_key_middleware
-from sglang_pdd.router.api.openai_app import serve_openai
+from sglang_pdd.router.api.auth import authorized
+from sglang_pdd.router.api.openai_app import serve_completion
+from sglang_pdd.router.api.openai_chat import serve_chat
 from sglang_pdd.router.api.openai_format import bad_request as bad_openai_request
-from sglang_pdd.router.api.request_model import InvalidRequest, validate_generate
-from sglang_pdd.router.api.streaming import (
-    DISCONNECTED,
-    abandon,
-    json_body,
-    send_stream,
-    sse,
-    start_runs,
-)
+from sglang_pdd.router.api.request_model import InvalidRequest, json_body, validate_generate
+from sglang_pdd.router.api.streaming import DISCONNECTED, abandon, send_stream, sse
 from sglang_pdd.router.instances.drain import drain, undrain
 from sglang_pdd.router.instances.health import cannot_serve
-from sglang_pdd.router.pipeline.fanout import expand_generate, merged_events
+from sglang_pdd.router.pipeline.fanout import expand_generate, merged_events, start_runs
 from sglang_pdd.router.pipeline.record import TokenDelta
 from sglang_pdd.router.pipeline.request_fields import (
     GENERATE_FIELDS,
@@ -137,16 +131,12 @@ async def _generate_many(
     return await send_stream(state, resp, merged, send)
 
 
-async def _openai(request: web.Request, kind: str) -> web.StreamResponse:
-    return await serve_openai(request, request.app[STATE], kind)
-
-
 async def completions(request):
-    return await _openai(request, "completion")
+    return await serve_completion(request, request.app[STATE])
 
 
 async def chat_completions(request):
-    return await _openai(request, "chat")
+    return await serve_chat(request, request.app[STATE])
 
 
 async def models(request):
@@ -268,6 +258,25 @@ async def live_requests(request):
 async def metrics(request):
     body = request.app[STATE].metrics.render()
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
+
+
+def api_key_middleware(api_key: str | None, admin_api_key: str | None = None):
+    """An aiohttp middleware answering 401 ``{"error": "Unauthorized"}`` (SGLang's answer) to a
+    request ``auth.authorized`` refuses."""
+
+    @web.middleware
+    async def check(request: web.Request, handler):
+        if not authorized(
+            request.path,
+            request.method,
+            request.headers.get("Authorization"),
+            api_key,
+            admin_api_key,
+        ):
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+
+    return check
 
 
 @web.middleware

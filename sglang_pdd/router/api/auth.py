@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import secrets
 
-from aiohttp import web
-
 # Always open, as on an SGLang server: probes and Prometheus need no secret.
 OPEN_PREFIXES = ("/health", "/ready", "/metrics")
 # The operator's endpoints (drain, undrain, the live request list): SGLang's ADMIN_OPTIONAL
@@ -33,24 +31,6 @@ def authorized(
         return True
     scheme, _, token = (authorization or "").partition(" ")
     return scheme.lower() == "bearer" and secrets.compare_digest(token, key)
-
-
-def api_key_middleware(api_key: str | None, admin_api_key: str | None = None):
-    """An aiohttp middleware answering 401 ``{"error": "Unauthorized"}`` (SGLang's answer)."""
-
-    @web.middleware
-    async def check(request: web.Request, handler):
-        if not authorized(
-            request.path,
-            request.method,
-            request.headers.get("Authorization"),
-            api_key,
-            admin_api_key,
-        ):
-            return web.json_response({"error": "Unauthorized"}, status=401)
-        return await handler(request)
-
-    return check
 
 
 def upstream_headers(instance_api_key: str | None) -> dict[str, str]:

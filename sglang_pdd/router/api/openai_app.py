@@ -1,11 +1,11 @@
-"""OpenAI's ``/v1/completions`` and ``/v1/chat/completions`` served through PDD.
+"""OpenAI's ``/v1/completions`` served through PDD (``/v1/chat/completions`` is
+router/api/openai_chat.py's, with SGLang's own serving-chat code).
 
 ``n`` choices are ``n`` independent PDD requests of the same prompt
 (router/pipeline/fanout.py), merged into one answer: choice ``j`` is request ``j``'s output;
 streamed chunks carry their choice's index. A stream's usage (prompt once, all choices'
 completions) comes as SGLang's server sends it: with ``stream_options.include_usage`` in a
-chunk of its own at the end, with ``continuous_usage_stats`` on every chunk. Chats are SGLang's
-own serving code's (router/api/openai_chat.py).
+chunk of its own at the end, with ``continuous_usage_stats`` on every chunk.
 """
 
 from __future__ import annotations
@@ -14,44 +14,40 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from sglang_pdd.router.api import openai_chat, openai_logprobs
 from sglang_pdd.router.api import openai_format as oai
-from sglang_pdd.router.api.request_model import validate_openai
-from sglang_pdd.router.api.streaming import (
-    DISCONNECTED,
-    abandon,
+from sglang_pdd.router.api import openai_logprobs
+from sglang_pdd.router.api.openai_chat import check_sampling
+from sglang_pdd.router.api.request_model import json_body, validate_openai
+from sglang_pdd.router.api.streaming import client_stream, send_stream, sse
+from sglang_pdd.router.pipeline.fanout import (
+    SubRequest,
     chain,
-    json_body,
-    send_stream,
-    sse,
+    merged_events,
+    read_all,
+    sample_count,
     start_runs,
 )
-from sglang_pdd.router.pipeline.fanout import SubRequest, merged_events, sample_count
 from sglang_pdd.router.pipeline.record import TokenDelta
 from sglang_pdd.router.pipeline.request_fields import (
-    CHAT_FIELDS,
     OPENAI_FIELDS,
     TOOL_FIELDS,
     unsupported_fields,
     unsupported_message,
-    unsupported_sampling,
 )
 from sglang_pdd.router.state import RouterState
 
 
-async def serve_openai(request: web.Request, state: RouterState, kind: str):
-    """Answer one OpenAI request of ``kind`` (``completion`` or ``chat``)."""
+async def serve_completion(request: web.Request, state: RouterState):
+    """Answer one ``/v1/completions`` request."""
     body = await json_body(request)
-    validate_openai(body, state.limits, chat=kind == "chat")
-    if kind == "chat":
-        return await _serve_chat(request, state, body)
+    validate_openai(body, state.limits, chat=False)
     if unsupported := unsupported_fields(body, OPENAI_FIELDS):
         raise oai.bad_request(unsupported_message(unsupported))
     if present := [k for k in TOOL_FIELDS if k in body]:
         raise oai.bad_request(f"{', '.join(present)}: only /v1/chat/completions takes tools")
     ids = oai.completion_prompt(body, state.tokenizer)
     sampling = oai.sampling_params(body, default_max_tokens=16)
-    _check_sampling(sampling, state)
+    check_sampling(sampling, state)
     usage_in_stream = _stream_usage(body, state)
     n = sample_count(body, "n")
     extra = openai_logprobs.generate_fields("completion", body)
@@ -75,44 +71,6 @@ async def serve_openai(request: web.Request, state: RouterState, kind: str):
     )
 
 
-async def _serve_chat(request: web.Request, state: RouterState, body: dict):
-    """A chat, prompt to answer with SGLang's own serving-chat code (router/api/openai_chat.py)."""
-    if unsupported := unsupported_fields(body, CHAT_FIELDS):
-        raise oai.bad_request(unsupported_message(unsupported))
-    serving = await openai_chat.serving_for(state)
-    prepared = serving.prepare(body)
-    _check_sampling(prepared.sampling, state)
-    n = sample_count(body, "n")
-    extra = openai_logprobs.generate_fields("chat", body)
-    subs = [SubRequest(prepared.input_ids, dict(prepared.sampling), dict(extra))] * n
-    runs = start_runs(state, subs)
-    oid = "chatcmpl-" + runs[0].rid
-    merged = merged_events(runs)
-    if not prepared.stream:
-        await _read_all(state, runs, merged)
-        answer = serving.response(prepared, oid, runs)
-        records = [run.finished.record.as_dict() for run in runs]
-        answer["pdd"] = records[0] if len(runs) == 1 else records
-        return web.json_response(answer)
-    first = await anext(merged)  # errors before the first token still get an HTTP status
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await resp.prepare(request)
-
-    async def send(events) -> None:
-        async for line in serving.stream(prepared, oid, runs, chain(first, events)):
-            await resp.write(line.encode())
-
-    return await send_stream(state, resp, merged, send)
-
-
-def _check_sampling(sampling: dict, state: RouterState) -> None:
-    if unsupported := unsupported_sampling(
-        sampling, prefix="", seeded=state.config.seeded_sampling
-    ):
-        names = {"sampling_seed": "seed"}  # back to the OpenAI names the client sent
-        raise oai.bad_request(unsupported_message([names.get(n, n) for n in unsupported]))
-
-
 def _stream_usage(body: dict, state: RouterState) -> tuple[bool, bool]:
     """(a usage chunk at the end, usage on every chunk) of a stream, as SGLang decides them
     (``stream_options``, the server's --stream-response-default-include-usage)."""
@@ -127,17 +85,6 @@ def _stream_usage(body: dict, state: RouterState) -> tuple[bool, bool]:
         raise oai.bad_request("stream_options: must be an object")
     parsed = StreamOptions(**options) if options else None
     return should_include_usage(parsed, default)
-
-
-async def _read_all(state: RouterState, runs: list, merged) -> None:
-    """Every run's output, into its text, until all ended."""
-    try:
-        async for index, event in merged:
-            if isinstance(event, TokenDelta):
-                runs[index].text.add(event.token_ids)
-    except DISCONNECTED:
-        await abandon(state, merged)
-        raise
 
 
 @dataclass
@@ -164,7 +111,8 @@ class _Answer:
 async def _whole(answer: _Answer, state: RouterState, merged) -> web.Response:
     """The non-streamed answer: every choice once all runs ended."""
     runs = answer.runs
-    await _read_all(state, runs, merged)
+    async with client_stream(state, merged):
+        await read_all(runs, merged)
     choices = [
         oai.choice(
             "completion",

@@ -1,5 +1,10 @@
 """``/v1/chat/completions`` answered with SGLang's own serving-chat code.
 
+``serve_chat`` is the endpoint: the body checked, the prompt prepared (``ChatServing.prepare``),
+``n`` PDD runs started and merged (router/pipeline/fanout.py: choice ``j`` is run ``j``), and
+the answer built from their events, whole (``ChatServing.response``) or streamed
+(``ChatServing.stream``, its SSE lines written here).
+
 The router must answer a chat exactly as SGLang's OpenAI server would; any piece of
 ``serving_chat.py`` re-implemented here would drift from it (a tool turn's ``content: null``,
 a list of text parts, a reasoning parser, ...). So the router builds a real
@@ -29,8 +34,27 @@ import time
 import weakref
 from dataclasses import dataclass
 
+from aiohttp import web
+
+from sglang_pdd.router.api import openai_logprobs
 from sglang_pdd.router.api.reasoning_count import ReasoningCount, think_ids
+from sglang_pdd.router.api.request_model import json_body, validate_openai
+from sglang_pdd.router.api.streaming import client_stream
+from sglang_pdd.router.pipeline.fanout import (
+    SubRequest,
+    chain,
+    merged_events,
+    read_all,
+    sample_count,
+    start_runs,
+)
 from sglang_pdd.router.pipeline.record import TokenDelta
+from sglang_pdd.router.pipeline.request_fields import (
+    CHAT_FIELDS,
+    unsupported_fields,
+    unsupported_message,
+    unsupported_sampling,
+)
 from sglang_pdd.router.upstream.calls import UpstreamError
 
 # Server args of the Main-Decode server (its /get_server_info) that shape a chat's prompt,
@@ -362,3 +386,46 @@ async def serving_for(state) -> ChatServing:
         raise
     _SERVINGS[state] = serving
     return serving
+
+
+async def serve_chat(request: web.Request, state) -> web.StreamResponse:
+    """``POST /v1/chat/completions``: the answer SGLang's server would give, from ``n`` PDD runs
+    (see the module's docstring)."""
+    body = await json_body(request)
+    validate_openai(body, state.limits, chat=True)
+    if unsupported := unsupported_fields(body, CHAT_FIELDS):
+        raise _bad(unsupported_message(unsupported))
+    serving = await serving_for(state)
+    prepared = serving.prepare(body)
+    check_sampling(prepared.sampling, state)
+    n = sample_count(body, "n")
+    extra = openai_logprobs.generate_fields("chat", body)
+    runs = start_runs(
+        state, [SubRequest(prepared.input_ids, dict(prepared.sampling), dict(extra))] * n
+    )
+    oid = "chatcmpl-" + runs[0].rid
+    merged = merged_events(runs)
+    if not prepared.stream:
+        async with client_stream(state, merged):
+            await read_all(runs, merged)
+        answer = serving.response(prepared, oid, runs)
+        records = [run.finished.record.as_dict() for run in runs]
+        answer["pdd"] = records[0] if len(runs) == 1 else records
+        return web.json_response(answer)
+    first = await anext(merged)  # errors before the first token still get an HTTP status
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    async with client_stream(state, merged, resp):
+        async for line in serving.stream(prepared, oid, runs, chain(first, merged)):
+            await resp.write(line.encode())
+    return resp
+
+
+def check_sampling(sampling: dict, state) -> None:
+    """A 400 for sampling parameters the router does not carry (named as the client sent them);
+    ``/v1/completions``' check too."""
+    if unsupported := unsupported_sampling(
+        sampling, prefix="", seeded=state.config.seeded_sampling
+    ):
+        names = {"sampling_seed": "seed"}  # back to the OpenAI names the client sent
+        raise _bad(unsupported_message([names.get(n, n) for n in unsupported]))

@@ -9,6 +9,7 @@ The caps bound the work one request can ask for (``RequestLimits``, from the rou
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import msgspec
@@ -34,6 +35,19 @@ class InvalidRequest(ValueError):
 
 def bad_request(message: str) -> InvalidRequest:
     return InvalidRequest(message)
+
+
+# Bodies larger than this are decoded off the event loop, so that other streams keep flowing.
+_DECODE_INLINE_BYTES = 1 << 20
+
+
+async def json_body(request) -> dict:
+    """The request's (an aiohttp ``web.Request``) JSON object; ``InvalidRequest`` (a 400) for
+    anything else."""
+    raw = await request.read()
+    if len(raw) > _DECODE_INLINE_BYTES:
+        return await asyncio.to_thread(decode_body, raw)
+    return decode_body(raw)
 
 
 def decode_body(raw: bytes) -> dict:

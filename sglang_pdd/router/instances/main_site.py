@@ -64,6 +64,7 @@ class MainSite:
     ) -> None:
         """``ledger``: the transfer ledger shared with other routers (``--transfer-ledger``)."""
         self.endpoint = endpoint
+        self.url = endpoint.url
         self.control = MainControlClient(
             endpoint.control, endpoint.url, int(control_timeout_s * 1000), curve=curve
         )
@@ -87,10 +88,6 @@ class MainSite:
         self._recent: deque[tuple[float, list[int]]] = deque()
         self._clears_seen = 0
         self.control.listeners.append(self._on_event)
-
-    @property
-    def url(self) -> str:
-        return self.endpoint.url
 
     def start(self, counting_failures_of=None) -> None:
         """Start the control reader and KV-event subscriber; ``counting_failures_of(task)``

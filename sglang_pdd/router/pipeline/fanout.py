@@ -11,6 +11,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from sglang_pdd.router.pipeline.record import TokenDelta
+from sglang_pdd.router.pipeline.run import ClientRun
+from sglang_pdd.router.state import RouterState
 from sglang_pdd.router.upstream.calls import UpstreamError
 
 
@@ -74,6 +77,32 @@ def expand_generate(body: dict, tokenizer, extra: dict) -> tuple[list[SubRequest
     return subs, batched or len(subs) > 1
 
 
+def start_runs(state: RouterState, subs: list[SubRequest]) -> list[ClientRun]:
+    """A ``ClientRun`` per sub-request; none is left registered if one cannot start. Past
+    ``--max-live-requests`` in flight, a 503 (as SGLang's full request queue answers)."""
+    limit = state.config.max_live_requests
+    if len(state.live) + len(subs) > limit:
+        why = (
+            f"the router has {len(state.live)} requests in flight and takes at most {limit} "
+            "(--max-live-requests); retry later"
+        )
+        state.metrics.refused_at_capacity.inc()
+        # Retry-After: requests here last seconds; a second lets some of them end.
+        raise UpstreamError(
+            503, {"error": {"message": why, "code": 503}}, headers={"Retry-After": "1"}
+        )
+    runs: list[ClientRun] = []
+    try:
+        for sub in subs:
+            runs.append(ClientRun(state, sub.input_ids, dict(sub.sampling), dict(sub.extra)))
+    except Exception:
+        for run in runs:
+            state.live.pop(run.rid, None)
+            state.run_in_background(run.run.close())
+        raise
+    return runs
+
+
 async def merged_events(runs):
     """Yield ``(index, event)`` from several ``ClientRun``s as they come. A run is advanced only
     after its previous event was consumed (the consumer's text state must see each delta
@@ -98,3 +127,17 @@ async def merged_events(runs):
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         await asyncio.gather(*(stream.aclose() for stream in streams), return_exceptions=True)
+
+
+async def chain(first, rest):
+    """``first``, then ``rest``'s items (the event read before an answer began, then the rest)."""
+    yield first
+    async for item in rest:
+        yield item
+
+
+async def read_all(runs: list[ClientRun], merged) -> None:
+    """Every run's output into its text (``ClientRun.text``), until all ended."""
+    async for index, event in merged:
+        if isinstance(event, TokenDelta):
+            runs[index].text.add(event.token_ids)

@@ -64,7 +64,7 @@ class PddRequestRun:
         self.ids = SubRids.fresh()  # this run's rids on each instance
         self.decision = decision = routed.decision
         self.prefill_url, self.relay_url, self.main = routed.prefill, routed.relay, routed.main
-        self.site = router.site(self.main)
+        self.site = router.mains[self.main.url]  # RouterState.site
         self.main_plan = routed.main_plan  # how the KV reaches MD (None: P-RLD)
         self.record = PddRecord(
             pipeline=decision.pipeline,
@@ -278,8 +278,8 @@ class PddRequestRun:
         if self._transfer is not None and not self.released:
             self.site.transfers.drop(self._transfer)  # never landed: nothing to wait for
         if not self.released:  # else the background task reading MD's late events forgets it
-            self.router.control_for(self.main).forget(self.ids.relayed)
-        self.router.control_for(self.main).forget(self.ids.main)
+            self.site.control.forget(self.ids.relayed)
+        self.site.control.forget(self.ids.main)
 
     # -- the transfer to Main-Decode (transfer_claims) ----------------------------------------
     def try_claim(self, main_rid: str, *, learn: bool):
@@ -314,7 +314,7 @@ class PddRequestRun:
 
     async def _main_only(self):
         rid = self.ids.main
-        control = self.router.control_for(self.main)
+        control = self.site.control
         events = await control.watch(rid)
         await self.claim(rid, learn=False)  # its time to MD includes P's prefill
         room = random.getrandbits(63)

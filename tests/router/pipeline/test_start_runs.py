@@ -1,4 +1,5 @@
-"""``start_runs``' admission limit: past ``--max-live-requests`` a request is refused at once."""
+"""``fanout.start_runs``' admission limit: past ``--max-live-requests`` a request is refused at
+once."""
 
 from __future__ import annotations
 
@@ -6,9 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_pdd.router.api.streaming import start_runs
 from sglang_pdd.router.metrics import RouterMetrics
-from sglang_pdd.router.pipeline.fanout import SubRequest
+from sglang_pdd.router.pipeline.fanout import SubRequest, start_runs
 from sglang_pdd.router.upstream.calls import UpstreamError
 
 
