@@ -1,26 +1,29 @@
-"""The files of ``sglang_pdd`` one OpenAI chat request walks through at the router, recorded
-from the running code: ``python -m tests.router.api.walk`` (``--whole`` for an answer that is
-not streamed, ``--n 2`` for two choices) prints them, in the order they are entered.
+"""The router's files one OpenAI chat request walks through, recorded from the running code:
+``python -m tests.router.api.walk`` (``--whole`` for an answer that is not streamed, ``--n 2``
+for two choices) prints them, in the order they are entered.
 
 The request goes in-process through the router's aiohttp app (``build_app``) to fake instances:
 one aiohttp server in the same loop answers P's ``/generate`` with JSON and streams Relay-Decode's
-as SGLang does (``data: {"output_ids", "meta_info"}`` chunks, then ``[DONE]``). The route is
-P-RLD (the anomaly filter on every request: no Main-Decode control socket is needed), the
+as SGLang does (``data: {"output_ids", "meta_info"}`` chunks, then ``[DONE]``; 8 ids). The route
+is P-RLD (the anomaly filter on every request: no Main-Decode control socket is needed), the
 router's tokenizer and chat template a tiny model's (``testbed/tiny_model.py``). A first request
 warms the router up (SGLang's serving-chat code, imports); the second is traced.
 
-How the trace reads the code (``sys.setprofile``, Python frames of files under ``sglang_pdd/``
-only; every other frame, the standard library's, aiohttp's or SGLang's, is looked through):
+How the trace reads the code (``sys.setprofile``; Python frames of ``sglang_pdd/router/`` only:
+every other frame, the standard library's, aiohttp's, SGLang's or the libraries the router
+shares with the simulator and the instances, ``policy/``, ``cache/``, ``transfer/``, ``wire/``,
+is looked through):
 
-* a **step** is control passing into a function of file B from a function (a frame) of another
-  file A: a call, or the resumption of a generator or coroutine. The same caller frame calling
-  (or resuming) the same function again is the same step: a loop, a stream read item by item.
-  A frame that runs in a task of its own (or a callback) was called by the frame that made
-  the coroutine (``cr_origin``) or, for ``anext(...)`` and other awaitables, that made the
-  task (a callback: that registered it).
+* a **step** is control passing into file B from a step in another file A (None: from
+  aiohttp): calls and resumptions of generators and coroutines, from any of A's frames within
+  that step, and every repetition (a loop, a stream read item by item) are one step. Control
+  back into A from within B is a step of its own (A entered twice). A frame that runs in a
+  task of its own (or a callback) was entered from the frame that made its coroutine
+  (``cr_origin``) or, for ``anext(...)`` and other awaitables, that made the task (a callback:
+  that registered it).
 * a step is a **helper** when B passes control to no other file before returning to A (a
-  leaf: ``StreamingText.add``, a dataclass of ``record.py``, ``RouterState.site``). Helpers are
-  listed apart and not counted.
+  leaf: ``StreamingText.add``, ``PddRecord.as_dict``) and no other step enters B: a helper of a
+  file on the walk counts as entering it again. Helpers are listed apart, not counted.
 * the **walk** is the files the other steps enter, in order, starting with the file aiohttp
   calls. A file entered by two steps is entered twice.
 """
