@@ -1,6 +1,7 @@
 """Reasoning through PDD equals SGLang's own OpenAI server's: a router and a co-located
 reference both started with ``--reasoning-parser qwen3`` (and ``--tool-call-parser qwen25``)
-give the same ``reasoning_content`` and ``content`` for a thought handed from RLD to MD.
+give the same ``reasoning_content`` and ``content``, streamed or not, handed off or not, with
+``separate_reasoning`` on and off and the template's thinking switch either way.
 
 The tiny model never writes ``</think>`` by chance, so the split cases constrain the answer
 with a ``regex`` to "<think>...</think>..." (SGLang's grammar, greedy) with thinking off: the
@@ -21,6 +22,23 @@ THOUGHT = "<think>[a-z]{3,8}( [a-z]{3,8}){6,14}</think>[a-z]{3,8}( [a-z]{3,8}){4
 USER = [{"role": "user", "content": "Think, then answer: what is the weather?"}]
 
 THINKING_OFF = {"enable_thinking": False}
+CASES = {
+    "thought-then-answer": {
+        "messages": USER,
+        "regex": THOUGHT,
+        "chat_template_kwargs": THINKING_OFF,
+    },
+    "kept-in-content": {
+        "messages": USER,
+        "regex": THOUGHT,
+        "chat_template_kwargs": THINKING_OFF,
+        "separate_reasoning": False,
+    },
+    # No closing tag: the parser decides alone what is reasoning (all of it with thinking on,
+    # none with it off).
+    "free-text": {"messages": USER},
+    "free-text-thinking-off": {"messages": USER, "chat_template_kwargs": THINKING_OFF},
+}
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +73,30 @@ def reasoning_routers(server_group, pdd_cluster):
     )
     yield {"p-rld-md": relayed.url, "p-md": main_only.url}
     server_group.stop_named("router-reasoning", "router-reasoning-p-md")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("pipeline", ["p-rld-md", "p-md"])
+def test_reasoning_matches_colocated(reasoning_routers, reasoning_colocated, pipeline, stream):
+    seen_reasoning, counted = 0, 0
+    for name, case in CASES.items():
+        body = {**case, "max_tokens": 96, "temperature": 0}
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        got, want = both(reasoning_routers[pipeline], reasoning_colocated.url, body, stream)
+        assert got["status"] == 200, (name, got)
+        assert got == want, f"{name}\nrouter {dumps(got)}\nreference {dumps(want)}"
+        if stream:
+            seen_reasoning += any(c["reasoning"] for c in got["choices"].values())
+        else:
+            message = got["answer"]["choices"][0]["message"]
+            seen_reasoning += bool(message.get("reasoning_content"))
+        usage = got["usages"][-1] if stream else got["answer"]["usage"]
+        counted += bool(usage["reasoning_tokens"])
+    # The parser split something off (else this module compares plain text only).
+    assert seen_reasoning >= 1
+    # ... and usage counted reasoning tokens (a thought forced open by the template)
+    assert counted >= 1
 
 
 def test_a_relayed_reasoning_answer_crosses_the_handoff(reasoning_routers, reasoning_colocated):
