@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import weakref
 from dataclasses import dataclass
@@ -56,6 +57,8 @@ from sglang_pdd.router.pipeline.request_fields import (
     unsupported_sampling,
 )
 from sglang_pdd.router.upstream.calls import UpstreamError
+
+logger = logging.getLogger("sglang_pdd.router")
 
 # Server args of the Main-Decode server (its /get_server_info) that shape a chat's prompt,
 # constraint or answer: the router builds SGLang's serving code with the same values.
@@ -102,7 +105,11 @@ _DROPPED_SAMPLING = ("n",)
 
 
 def _bad(message: str, status: int = 400) -> UpstreamError:
-    body = {"object": "error", "message": message, "type": "BadRequestError", "code": status}
+    return _error(status, message, "BadRequestError")
+
+
+def _error(status: int, message: str, kind: str) -> UpstreamError:
+    body = {"object": "error", "message": message, "type": kind, "code": status}
     return UpstreamError(status, body)
 
 
@@ -211,10 +218,15 @@ class ChatServing:
         self._activate()
         if error := self.chat._validate_request(request):
             raise _bad(error)
+        from sglang.srt.entrypoints.openai.encoding_dsv32 import DS32EncodingError
+
         try:
             adapted, request = self.chat._convert_to_internal_request(request, None)
-        except ValueError as exc:  # SGLang's handle_request answers these with a 400
+        except (ValueError, DS32EncodingError) as exc:  # SGLang's handle_request: a 400
             raise _bad(str(exc)) from exc
+        except Exception as exc:  # and for anything else a 500 with its message (logged)
+            logger.exception("sglang-pdd router: chat prompt: %s", exc)
+            raise _error(500, f"Internal server error: {exc}", "InternalServerError") from exc
         ids = adapted.input_ids
         if ids is None:
             raise _bad("this model's chat prompt is not token ids: not served by the router")
@@ -381,9 +393,17 @@ async def serving_for(state) -> ChatServing:
         _BUILDING[state] = task
     try:
         serving = await asyncio.shield(task)
-    except Exception:
+    except Exception as exc:
         _BUILDING.pop(state, None)
-        raise
+        # SGLang's server would not start with these flags and this model; the router answers
+        # each chat with why (and tries again on the next).
+        logger.exception("sglang-pdd router: chat serving: %s", exc)
+        config = state.config
+        why = (
+            f"chats cannot be served: {exc} (--tool-call-parser {config.tool_call_parser}, "
+            f"--reasoning-parser {config.reasoning_parser})"
+        )
+        raise _error(500, why, "InternalServerError") from exc
     _SERVINGS[state] = serving
     return serving
 

@@ -1,9 +1,9 @@
 """A chat answer's ``reasoning_tokens`` (usage), counted as SGLang's scheduler counts them.
 
 SGLang counts a request's reasoning tokens on the server that generates it, token by token
-(``SchedulerBatchResultProcessor._maybe_update_reasoning_tokens`` on the ``Req``), and its
-OpenAI layer reports the count in ``usage.reasoning_tokens``. A PDD answer is generated on two servers (RLD,
-then MD from RLD's ids as its prompt), neither of which sees the whole output, so the router
+(``SchedulerBatchResultProcessor._maybe_update_reasoning_tokens`` on the ``Req``), and its OpenAI
+layer reports the count in ``usage.reasoning_tokens``. A PDD answer is generated on two servers
+(RLD, then MD from RLD's ids as its prompt), neither of which sees the whole output, so the router
 counts over the output ids it sends, with SGLang's own functions on a stand-in for the ``Req``
 (``ReasoningCount``: the attributes they read and write, pinned by
 ``tests/test_sglang_surface.py``), and the think-end ids SGLang's scheduler derives from its

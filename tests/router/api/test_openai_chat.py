@@ -265,3 +265,85 @@ def test_the_prompt_is_the_rendered_template_encoded_once(tiny_model, bos_added)
         chat.prepare({"messages": trailing}).input_ids
         == chat.prepare({"messages": as_user}).input_ids
     )
+
+
+def _answered(chat, body: dict):
+    """``chat.prepare(body)``, or None where it answers with an error as SGLang's server does:
+    a 400 for what SGLang refuses, a 500 with its message for what fails inside SGLang (a
+    renderer needing its model's special tokens, which the tiny tokenizer lacks)."""
+    try:
+        return chat.prepare(body)
+    except UpstreamError as exc:
+        assert exc.status in (400, 500) and exc.body["message"], exc.body
+        if exc.status == 500:
+            assert exc.body["message"].startswith("Internal server error: ")
+        return None
+
+
+@pytest.mark.parametrize("parser", TOOL_CALL_PARSERS)
+def test_every_tool_call_parser_serves_a_tool_turn(tiny_model, tokenizer, parser):
+    """Each parser SGLang ships runs in the router through SGLang's own classes: a tool turn
+    is prepared (or answered with SGLang's error) and an answer parsed, whole and streamed."""
+    from sglang_pdd.router.api.openai_chat import ChatServing
+
+    try:
+        chat = ChatServing(tokenizer, str(tiny_model), parser, None, {})
+    except RuntimeError as exc:  # SGLang's DeepSeek V4 renderer needs that model's tokens
+        assert parser in ("deepseekv4", "deepseekv41") and "special token" in str(exc)
+        return
+    ids = tokenizer.encode('{"name": "f", "arguments": {"a": 1}} done', add_special_tokens=False)
+    stop = {"type": "stop", "matched": None}
+    for choice in ("auto", "required", {"type": "function", "function": {"name": "f"}}):
+        body = {"messages": TOOL_TURN, "tools": [TOOL], "tool_choice": choice, "max_tokens": 8}
+        if (prepared := _answered(chat, body)) is None:
+            continue
+        whole = _whole(chat, prepared, tokenizer, ids, stop)
+        assert whole["choices"][0]["finish_reason"] in ("stop", "tool_calls"), (parser, whole)
+        lines = _streamed(
+            chat, chat.prepare({**body, "stream": True}), tokenizer, ids, stop, [1] * 40
+        )
+        assert lines[-1].strip() == "data: [DONE]", (parser, lines[-3:])
+
+
+@pytest.mark.parametrize("parser", REASONING_PARSERS)
+def test_every_reasoning_parser_separates_an_answer(tiny_model, tokenizer, parser):
+    """Each reasoning parser SGLang ships runs in the router: a chat is prepared (or answered
+    with SGLang's error) and its answer split by SGLang's parser, whole and streamed, usage
+    counting by the parser's think-end ids. A parser that needs what the model lacks (a
+    response template) leaves every chat a 500 naming it and the flag."""
+    from sglang_pdd.router.api.openai_chat import ChatServing
+
+    try:
+        chat = ChatServing(tokenizer, str(tiny_model), None, parser, {})
+    except ValueError as exc:
+        assert parser == "response_template" and "response_template" in str(exc)
+        return
+    body = {"messages": TOOL_TURN[:1], "max_tokens": 8}
+    if (prepared := _answered(chat, body)) is None:
+        return
+    ids = tokenizer.encode("plan it</think>done", add_special_tokens=False)
+    stop = {"type": "stop", "matched": None}
+    whole = _whole(chat, prepared, tokenizer, ids, stop)
+    assert 0 <= whole["usage"]["reasoning_tokens"] <= len(ids)
+    lines = _streamed(chat, chat.prepare({**body, "stream": True}), tokenizer, ids, stop, [2] * 9)
+    assert lines[-1].strip() == "data: [DONE]", (parser, lines[-3:])
+
+
+def test_chats_a_parser_cannot_serve_are_500s_naming_the_flag(tiny_model, tokenizer):
+    """A reasoning parser whose serving cannot start for this model (no response template)
+    answers every chat with a 500 naming it and the flag, and tries again on the next."""
+    from sglang_pdd.router.api.openai_chat import serving_for
+
+    class State:  # what serving_for reads of the router's state
+        config = SimpleNamespace(tool_call_parser=None, reasoning_parser="response_template")
+        model_info = {"model_path": str(tiny_model)}
+        server_info: dict = {}
+
+    state = State()
+    state.tokenizer = tokenizer
+    for _ in range(2):
+        with pytest.raises(UpstreamError) as exc:
+            asyncio.run(serving_for(state))
+        assert exc.value.status == 500
+        assert "response_template" in exc.value.body["message"]
+        assert "--reasoning-parser response_template" in exc.value.body["message"]
