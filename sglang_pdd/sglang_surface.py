@@ -99,6 +99,7 @@ _OAI = "sglang.srt.entrypoints.openai.protocol"
 _RESULTS = "sglang.srt.managers.scheduler_components.batch_result_processor"
 _REASONING = "sglang.srt.parser.reasoning_parser"
 _REASON = "router/api/reasoning_count.py"
+_COMPLETIONS = "router/api/openai_app.py"
 _CHAT = "router/api/openai_chat.py"
 _SERVING_CHAT = "sglang.srt.entrypoints.openai.serving_chat"
 _TM = "sglang.srt.managers.tokenizer_manager"
@@ -445,6 +446,16 @@ SURFACE: tuple[Use, ...] = (
     _pos(METHOD, _RUNTIME, "RuntimeContext.config_leaf", _CHAT, "name"),
     *_attrs(_IO, "GenerateReqInput", _CHAT, "input_ids", "sampling_params", "require_reasoning"),
     *_attrs(_OAI, "ChatCompletionRequest", _CHAT, "stream", "separate_reasoning"),
+    _use(CLASS, "sglang.srt.entrypoints.openai.encoding_dsv32", "DS32EncodingError", _CHAT),
+    _use(FUNCTION, "sglang.srt.entrypoints.openai.utils", "should_include_usage", _COMPLETIONS),
+    _use(
+        METHOD,
+        "sglang.srt.entrypoints.openai.usage_processor",
+        "UsageProcessor.calculate_token_usage",
+        _COMPLETIONS,
+        *("prompt_tokens", "completion_tokens", "cached_tokens"),
+    ),
+    _use(CLASS, _OAI, "PromptTokensDetails", _COMPLETIONS, "cached_tokens"),
     # usage.reasoning_tokens: SGLang's counting on a stand-in Req (router/api/reasoning_count.py)
     _pos(
         METHOD,

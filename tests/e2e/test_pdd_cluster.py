@@ -738,3 +738,20 @@ def test_the_tail_rule_keeps_a_nearly_finished_request_on_relay_decode(
     wait_router_settled(router.url)
     _assert_nothing_held(pdd_cluster)
     server_group.stop_named(router.name)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_repeated_prompt_reports_its_cache_hit_as_sglang_does(pdd_cluster, colocated, stream):
+    """``meta_info.cached_tokens`` (SGLang's prefix-cache hit; usage's with
+    ``--enable-cache-report``) is P's: for a prompt new to both servers, sent twice, the same
+    as the co-located server's each time."""
+    rng = random.Random(f"cache-hit-{stream}-{time.time_ns()}")
+    # opening with digits no other prompt has: only the BOS is shared with earlier prompts
+    prompt = f"{rng.getrandbits(64)} " + make_prompt(rng, 120)
+    body = _body(prompt, 4)
+    hits = {}
+    for url in (pdd_cluster.router_url, colocated.url):
+        runs = [generate(url, body, stream=stream) for _ in range(2)]
+        hits[url] = [run.body["meta_info"]["cached_tokens"] for run in runs]
+    assert hits[pdd_cluster.router_url] == hits[colocated.url], hits
+    assert hits[colocated.url][1] > hits[colocated.url][0]

@@ -58,6 +58,7 @@ async def serve_completion(request: web.Request, state: RouterState):
         prompt_tokens=len(ids),
         runs=runs,
         tokenizer=state.tokenizer,
+        cache_report=bool(state.server_info.get("enable_cache_report")),
     )
     merged = merged_events(runs)
     if not body.get("stream"):
@@ -96,6 +97,11 @@ class _Answer:
     prompt_tokens: int
     runs: list
     tokenizer: object
+    cache_report: bool  # the Main-Decode server's --enable-cache-report: usage says what P had
+
+    def cached_tokens(self) -> int | None:
+        """SGLang's reported cached tokens: the prompt's (once for all choices), or None."""
+        return self.runs[0].cached_tokens if self.cache_report else None
 
     def logprobs_since(self, run, start: int) -> dict | None:
         if not run.logprobs:
@@ -133,6 +139,7 @@ async def _whole(answer: _Answer, state: RouterState, merged) -> web.Response:
             answer.prompt_tokens,
             answer.completion_tokens(),
             records[0] if len(runs) == 1 else records,
+            answer.cached_tokens(),
         )
     )
 
@@ -161,7 +168,7 @@ class _OpenAIStream:
                 await self._send(index, run, run.tail, reason=event.finish_reason)
         if self.include_usage:
             a = self.answer
-            usage = _usage(a.prompt_tokens, a.completion_tokens())
+            usage = _usage(a.prompt_tokens, a.completion_tokens(), a.cached_tokens())
             # SGLang sends this chunk without its null fields, and without a choice.
             usage = {k: v for k, v in usage.items() if v is not None}
             last = oai.chunk("completion", a.oid, a.model, "", usage_=usage)
@@ -175,18 +182,24 @@ class _OpenAIStream:
         logprobs = a.logprobs_since(run, self.logprobs_sent[index]) if more else None
         self.logprobs_sent[index] = len(run.token_logprobs)
         # SGLang's continuous usage: this choice's prompt and output so far.
-        usage = _usage(a.prompt_tokens, len(run.text.ids)) if self.continuous else None
+        usage = (
+            _usage(a.prompt_tokens, len(run.text.ids), a.cached_tokens())
+            if self.continuous
+            else None
+        )
         chunk = oai.chunk(
             "completion", a.oid, a.model, text, reason, usage_=usage, logprobs=logprobs, index=index
         )
         await sse(self.resp, chunk)
 
 
-def _usage(prompt_tokens: int, completion_tokens: int) -> dict:
+def _usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None) -> dict:
     """A stream's usage object, SGLang's (``UsageProcessor``)."""
+    from sglang.srt.entrypoints.openai.protocol import PromptTokensDetails
     from sglang.srt.entrypoints.openai.usage_processor import UsageProcessor
 
+    cached = None if cached_tokens is None else PromptTokensDetails(cached_tokens=cached_tokens)
     usage = UsageProcessor.calculate_token_usage(
-        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cached_tokens=cached
     )
     return usage.model_dump()

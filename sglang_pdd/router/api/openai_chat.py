@@ -288,7 +288,7 @@ class ChatServing:
             "finish_reason": _finish_reason(run.finished.finish_reason) if final else None,
             "prompt_tokens": len(run.body["input_ids"]),
             "completion_tokens": count,
-            "cached_tokens": 0,
+            "cached_tokens": run.cached_tokens,
             "reasoning_tokens": reasoning.advance(ids),
             # The Main-Decode server's (its --weight-version): the router's instances serve
             # one model version.

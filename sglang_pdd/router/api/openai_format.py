@@ -75,12 +75,17 @@ def finish_reason(reason: dict | None) -> str | None:
     )
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> dict:
+    """A whole answer's usage; ``cached_tokens``: reported (SGLang's ``--enable-cache-report``)
+    unless None."""
+    out = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
+    if cached_tokens is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    return out
 
 
 def choice(
@@ -113,6 +118,7 @@ def response(
     prompt_tokens: int,
     completion_tokens: int,
     pdd,
+    cached_tokens: int | None = None,
 ) -> dict:
     """A non-streaming completion or chat.completion object."""
     obj = "chat.completion" if kind == "chat" else "text_completion"
@@ -122,7 +128,7 @@ def response(
         "created": int(time.time()),
         "model": model,
         "choices": choices,
-        "usage": usage(prompt_tokens, completion_tokens),
+        "usage": usage(prompt_tokens, completion_tokens, cached_tokens),
         "pdd": pdd,
     }
 

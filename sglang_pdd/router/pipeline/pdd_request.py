@@ -21,7 +21,7 @@ from sglang_pdd.router.pipeline.record import Finished, PddRecord, TokenDelta, t
 from sglang_pdd.router.pipeline.relayed import RelayedPipeline, prefill_failure
 from sglang_pdd.router.pipeline.relayed_release import take_ready_event
 from sglang_pdd.router.state import RoutedRequest, RouterState
-from sglang_pdd.router.upstream.calls import UpstreamError, abort, post_json, stream_sse
+from sglang_pdd.router.upstream.calls import UpstreamError, abort, post_prefill, stream_sse
 from sglang_pdd.router.upstream.chunk_queue import END as _END
 from sglang_pdd.router.upstream.chunk_queue import InlineStream, PumpedStream
 from sglang_pdd.router.upstream.chunk_queue import pump as _pump
@@ -30,6 +30,11 @@ from sglang_pdd.wire.messages import Ready
 from sglang_pdd.wire.rids import SubRids
 
 logger = logging.getLogger("sglang_pdd.router")
+
+# How long a finished answer waits for P's reply to the first send (for usage's cached_tokens)
+# when the decoder's last token came first; P replies as its KV is sent, so a reply still
+# missing after this is a fault the request does not wait on (its usage then reports 0).
+PREFILL_ANSWER_WAIT_S = 2.0
 
 
 class _Gaps:
@@ -78,6 +83,7 @@ class PddRequestRun:
         )
         self.t0 = time.monotonic()
         self._tasks: list[asyncio.Task] = []
+        self._first_prefill: asyncio.Task | None = None  # P's send for the first decoder
         self.prompt_tokens = len(body["input_ids"])
         self.released = False  # finished on RLD; MD still receives (and caches) the KV
         self._transfer = None  # this request's registered transfer to MD
@@ -106,9 +112,24 @@ class PddRequestRun:
 
     def prefill(self, rid: str, room: int):
         """P's sub-request ``rid`` (a coroutine answering when P has sent the KV)."""
-        return post_json(
+        return post_prefill(
             self.router.session, f"{self.prefill_url}/generate", self.sub_body(rid, room)
         )
+
+    def spawn_first_prefill(self, rid: str, room: int) -> asyncio.Task:
+        """P's send for the first decoder (RLD, or MD on P-MD), whose answer ends P's part
+        (``prefill_done``) and says what P's prefix cache held of the prompt."""
+        task = self._first_prefill = self.spawn(self.prefill(rid, room))
+        task.add_done_callback(self.prefill_done)
+        return task
+
+    async def prefill_answered(self) -> None:
+        """Give P's answer to the first send a moment when the decoder ended first (P answers
+        once its KV is sent, but its reply may reach the router after a short answer's last
+        token): the answer's usage reports P's prefix-cache hit."""
+        task = self._first_prefill
+        if task is not None and not task.done():
+            await asyncio.wait({task}, timeout=PREFILL_ANSWER_WAIT_S)
 
     def spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
@@ -255,6 +276,8 @@ class PddRequestRun:
     def prefill_done(self, task: asyncio.Task | None = None) -> None:
         if task is not None and self.record.prefill_s is None:
             self.record.prefill_s = self.since()
+            if not task.cancelled() and task.exception() is None:
+                self.record.prompt_cached_tokens = task.result().meta_info.cached_tokens
         if self._counted:
             self._counted = False
             self.router.prefill_active[self.prefill_url] -= 1
@@ -318,16 +341,14 @@ class PddRequestRun:
         events = await control.watch(rid)
         await self.claim(rid, learn=False)  # its time to MD includes P's prefill
         room = random.getrandbits(63)
-        prefill = self.spawn(self.prefill(self.ids.prefill, room))
-        prefill.add_done_callback(self.prefill_done)
+        self.spawn_first_prefill(self.ids.prefill, room)
         main_q = self._stream_inline(self.main.url, self.sub_body(rid, room))
         async for event in self.follow_main(main_q, events, already_sent=0):
             yield event
 
     async def _relay_only(self):
         room = random.getrandbits(63)
-        prefill = self.spawn(self.prefill(self.ids.prefill, room))
-        prefill.add_done_callback(self.prefill_done)
+        prefill = self.spawn_first_prefill(self.ids.prefill, room)
         relay_q = self._stream_inline(self.relay_url, self.sub_body(self.ids.relay, room))
         sent = 0
         while (chunk := await relay_q.get()) is not _END:

@@ -41,6 +41,7 @@ class PddRecord:
     migrations: list[str] = field(default_factory=list)  # earlier runs left: which failed, when
     wan_bytes: int = 0
     main_cached_tokens: int | None = None
+    prompt_cached_tokens: int | None = None  # P's prefix-cache hit on the prompt (usage's)
     first_token_s: float | None = None
     finished_on: str = ""
     # Where the answer's time went (seconds since the router received the request):

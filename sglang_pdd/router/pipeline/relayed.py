@@ -78,8 +78,7 @@ class RelayedPipeline:
         ``HandoffCore`` and execute what it answers, until MD or RLD finishes."""
         ctx = self.ctx
         events = await self.control.watch(self.main_rid)
-        self.prefill1 = ctx.spawn(ctx.prefill(ctx.ids.prefill_for_relay, self.room1))
-        self.prefill1.add_done_callback(ctx.prefill_done)
+        self.prefill1 = ctx.spawn_first_prefill(ctx.ids.prefill_for_relay, self.room1)
         relay_q = ctx.stream_into_queue(ctx.relay_url, ctx.sub_body(self.relay_rid, self.room1))
         claimed = None
         if ctx.router.config.main_transfer_start == "with-prefill":

@@ -67,8 +67,8 @@ class RelayedContext(Protocol):
     def drop_transfer(self) -> None:
         """The registered transfer never landed: free its waiters."""
 
-    def prefill_done(self, task: asyncio.Task | None = None) -> None:
-        """P's first send answered."""
+    def spawn_first_prefill(self, rid: str, room: int) -> asyncio.Task:
+        """P's first send (for RLD), watched until it answers."""
 
     def main_prefill_done(self, task: asyncio.Task) -> None:
         """P's send to MD answered."""

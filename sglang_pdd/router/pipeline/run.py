@@ -67,6 +67,9 @@ class ClientRun:
         self.logprobs = bool(extra.get("return_logprob"))
         self.token_logprobs: list = []  # per output token, from the instance that made it
         self.top_logprobs: list = []
+        # SGLang's cached_tokens: the prompt's tokens P found in its prefix cache (0 until P
+        # has answered; brought up to date at each event)
+        self.cached_tokens = 0
 
     async def events(self):
         completed = False
@@ -74,6 +77,9 @@ class ClientRun:
         last = None
         try:
             async for event in self._runs():
+                if isinstance(event, Finished):
+                    await self.run.prefill_answered()
+                self.cached_tokens = self.run.record.prompt_cached_tokens or 0
                 if isinstance(event, TokenDelta):
                     now = self.run.since()
                     if last is None:
@@ -213,6 +219,7 @@ class ClientRun:
             "finish_reason": finish_reason,
             "prompt_tokens": self.run.prompt_tokens,
             "completion_tokens": len(self.text.ids),
+            "cached_tokens": self.cached_tokens,
         }
         if record:
             meta["pdd"] = self.run.record.as_dict()

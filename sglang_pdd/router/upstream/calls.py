@@ -9,7 +9,11 @@ import aiohttp
 import msgspec
 import orjson
 
-from sglang_pdd.router.upstream.chunks import DECODER, GenerateChunk
+from sglang_pdd.router.upstream.chunks import (
+    DECODER,
+    GenerateChunk,
+    PrefillAnswer,
+)
 
 logger = logging.getLogger("sglang_pdd.router")
 
@@ -81,6 +85,18 @@ async def post_json(
             {"error": {"message": f"{instance}: {type(exc).__name__}: {exc}", "code": 502}},
             instance,
         ) from exc
+
+
+async def post_prefill(session: aiohttp.ClientSession, url: str, body: dict) -> PrefillAnswer:
+    """A PD prefill sub-request (``post_json``), its answer decoded; a 502 naming the
+    instance when the answer is not SGLang's."""
+    answer = await post_json(session, url, body)
+    try:
+        return msgspec.convert(answer, PrefillAnswer)
+    except msgspec.ValidationError as exc:
+        instance = url.rsplit("/", 1)[0]
+        why = f"{instance}: its /generate answer is not SGLang's: {exc}"
+        raise UpstreamError(502, {"error": {"message": why, "code": 502}}, instance) from exc
 
 
 async def stream_sse(

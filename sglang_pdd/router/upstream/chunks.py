@@ -45,6 +45,19 @@ class GenerateChunk(msgspec.Struct):
         return self.meta_info.finish_reason
 
 
+class PrefillMeta(msgspec.Struct):
+    """The part of a prefill server's ``meta_info`` the router reads: its prefix-cache hit on
+    the prompt (SGLang's ``cached_tokens``; None where the answer has none)."""
+
+    cached_tokens: int | None = None
+
+
+class PrefillAnswer(msgspec.Struct):
+    """P's whole answer to a PD prefill sub-request (``/generate`` not streamed)."""
+
+    meta_info: PrefillMeta = msgspec.field(default_factory=PrefillMeta)
+
+
 def required_keys(struct: type[msgspec.Struct]) -> list[str]:
     """The keys a chunk must carry for ``struct`` (its fields without a default): what the
     upgrade check looks for in SGLang's tokenizer manager."""

@@ -120,6 +120,7 @@ def _run(tokenizer, prompt_ids, reason):
         body={"input_ids": prompt_ids},
         logprobs=False,
         token_logprobs=[],
+        cached_tokens=0,
         top_logprobs=[],
         finished=SimpleNamespace(finish_reason=reason, record=None),
     )
