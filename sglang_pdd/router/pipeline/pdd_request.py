@@ -267,11 +267,14 @@ class PddRequestRun:
         rec.relay_itl_s = self._itl["relay"].mean
         rec.main_itl_s = self._itl["main"].mean
         rec.main_itl_max_s = self._itl["main"].largest if self._itl["main"].count else None
-        if rec.main_itl_s is not None and self._itl["main"].count >= PACE_MIN_GAPS:
-            self.router.note_main_itl(self.main.url, rec.main_itl_s)
-        if rec.relay_itl_s is not None and self._itl["relay"].count >= PACE_MIN_GAPS:
-            self.router.note_relay_itl(rec.relay_itl_s)
-        return Finished(finish_reason, self.prompt_tokens, rec)
+        paced = {k: g.count >= PACE_MIN_GAPS and g.mean is not None for k, g in self._itl.items()}
+        return Finished(
+            finish_reason,
+            self.prompt_tokens,
+            rec,
+            main_pace_s=rec.main_itl_s if paced["main"] else None,
+            relay_pace_s=rec.relay_itl_s if paced["relay"] else None,
+        )
 
     def prefill_done(self, task: asyncio.Task | None = None) -> None:
         if task is not None and self.record.prefill_s is None:

@@ -125,3 +125,7 @@ class Finished:
     finish_reason: dict | None
     prompt_tokens: int
     record: PddRecord
+    # The mean gap between MD's (RLD's) chunks when the answer had enough of them to tell the
+    # instance's pace (``RouterState.note_main_itl``, ``note_relay_itl``); else None.
+    main_pace_s: float | None = None
+    relay_pace_s: float | None = None

@@ -93,6 +93,10 @@ class ClientRun:
                         self.top_logprobs.extend(event.top_logprobs)
                 if isinstance(event, Finished):
                     record = event.record
+                    if event.main_pace_s is not None:
+                        self.state.note_main_itl(self.run.main.url, event.main_pace_s)
+                    if event.relay_pace_s is not None:
+                        self.state.note_relay_itl(event.relay_pace_s)
                     if record.main_ready_s is not None:
                         metrics.main_ready.observe(record.main_ready_s)
                         metrics.wan_bytes.inc(record.wan_bytes)
