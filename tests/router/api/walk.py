@@ -3,12 +3,12 @@
 for two choices) prints them, in the order they are entered.
 
 The request goes in-process through the router's aiohttp app (``build_app``) to fake instances:
-one aiohttp server in the same loop answers P's ``/generate`` with JSON and streams Relay-
-Decode's as SGLang does (``data: {"output_ids", "meta_info"}`` chunks, then ``[DONE]``; 16 ids,
-enough for the router to note RLD's pace). The route is P-RLD (the anomaly filter on every
+one aiohttp server in the same loop answers P's ``/generate`` with JSON and streams
+Relay-Decode's as SGLang does (``data: {"output_ids", "meta_info"}`` chunks, then ``[DONE]``; 16
+ids, enough for the router to note RLD's pace). The route is P-RLD (the anomaly filter on every
 request: no Main-Decode control socket is needed), the router's tokenizer and chat template a
-tiny model's (``testbed/tiny_model.py``). A first request warms the router up (SGLang's serving-
-chat code, imports); the second is traced.
+tiny model's (``testbed/tiny_model.py``). A first request warms the router up (SGLang's
+serving-chat code, imports); the second is traced.
 
 How the trace reads the code (``sys.setprofile``; Python frames of ``sglang_pdd/router/`` only:
 every other frame, the standard library's, aiohttp's, SGLang's or the libraries the router
