@@ -175,6 +175,7 @@ def test_family_agent_turns_match_colocated(family, stream):
     name, router, reference = family
     seen = CALLS_SEEN.setdefault(name, {}).setdefault(stream, [])
     thinking = REASONING[name].cases() if name in REASONING else {}
+    split, counted = [], []  # thinking cases whose reasoning the parser split off, or counted
     for case_name, case in {**CASES, **thinking}.items():
         # a thought's budget: long enough for the regex to close it
         body = {**case, "max_tokens": 96 if case_name in thinking else 48, "temperature": 0}
@@ -188,7 +189,21 @@ def test_family_agent_turns_match_colocated(family, stream):
         )
         if _calls(want, stream):
             seen.append(case_name)
+        if case_name in thinking:
+            if _reasoning(got, stream):
+                split.append(case_name)
+            usage = got["usages"][-1] if stream else got["answer"]["usage"]
+            if usage["reasoning_tokens"]:
+                counted.append(case_name)
     print(f"{name} ({'stream' if stream else 'whole'}): tool calls in {seen}")
+    if thinking:  # the reasoning cases compare split reasoning, not plain text only
+        assert split and counted, (name, split, counted)
+
+
+def _reasoning(answer: dict, stream: bool) -> bool:
+    if stream:
+        return any(c["reasoning"] for c in answer["choices"].values())
+    return any(c["message"].get("reasoning_content") for c in answer["answer"]["choices"])
 
 
 # The thinking switches a reasoning family's generated conversations get: none, on, on with
