@@ -14,7 +14,7 @@ import aiohttp
 from aiohttp import web
 
 from sglang_pdd.cache.kv_size import dtype_bytes, kv_bytes_per_token
-from sglang_pdd.cache.prefix_blocks import BlockPrefixCache, block_hashes, common_prefix_blocks
+from sglang_pdd.cache.prefix_blocks import BlockPrefixCache, block_hashes
 from sglang_pdd.policy import (
     PIPELINE_P_RLD,
     HandoffPolicy,
@@ -39,7 +39,7 @@ from sglang_pdd.router.instances.ledger_client import LedgerClient
 from sglang_pdd.router.instances.loads import PrefillBacklog, decode_busy_fraction
 from sglang_pdd.router.instances.main_control import MainControlClient
 from sglang_pdd.router.instances.main_site import MainSite
-from sglang_pdd.router.instances.transfers import DEFERRED, MainTransfer
+from sglang_pdd.router.instances.transfers import MainTransfer
 from sglang_pdd.router.model_files import load_tokenizer, model_config, model_vocab_size
 from sglang_pdd.router.upstream.supervised import supervise
 from sglang_pdd.transfer.link_model import LinkModelConfig
@@ -326,19 +326,8 @@ class RouterState:
 
     def main_plan(self, site: MainSite, input_ids: list[int], hashes: list[int]) -> MainPlan:
         """What sending ``input_ids`` to ``site`` now would involve."""
-        block = self.config.cache_block_tokens
         cached = site.cached_tokens(input_ids, hashes)
-        dep = site.transfers.dependency(hashes, cached // block)
-        covered, extra_backlog, carries = cached, 0.0, False
-        if dep is not None:
-            common = common_prefix_blocks(dep.hashes, hashes)
-            if dep.state == DEFERRED and common == len(dep.hashes):
-                carries = True  # this request's transfer carries the warm's prompt itself
-            else:
-                covered = max(cached, min(common * block, len(input_ids)))
-                if dep.state == DEFERRED:
-                    extra_backlog = dep.nbytes  # promoted ahead of this request's own KV
-        return MainPlan(site, hashes, cached, covered, dep, carries, extra_backlog)
+        return MainPlan(site, hashes, cached, *site.transfers.plan(hashes, cached, len(input_ids)))
 
     def route(
         self, input_ids: list[int], max_new_tokens: int, avoid: frozenset[str] = frozenset()

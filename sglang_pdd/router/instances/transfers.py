@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sglang_pdd.cache.prefix_blocks import common_prefix_blocks
 from sglang_pdd.transfer.link_model import LinkObservation, LiveLinkModel
 
 DEFERRED, SENDING, LANDED, DROPPED = "deferred", "sending", "landed", "dropped"
@@ -93,6 +94,24 @@ class MainTransfers:
             if holders:
                 return min(holders, key=lambda t: t.seq)
         return None
+
+    def plan(
+        self, hashes: list[int], cached: int, prompt_tokens: int
+    ) -> tuple[int, MainTransfer | None, bool, float]:
+        """How a prompt of ``hashes`` (``cached`` tokens of it in MD's cache) would depend on
+        the transfers here: ``(covered, dependency, carries_dependency, extra_backlog)``, the
+        fields of ``state.MainPlan`` of the same names."""
+        dep = self.dependency(hashes, cached // self.block_tokens)
+        covered, extra_backlog, carries = cached, 0.0, False
+        if dep is not None:
+            common = common_prefix_blocks(dep.hashes, hashes)
+            if dep.state == DEFERRED and common == len(dep.hashes):
+                carries = True  # this request's transfer carries the warm's prompt itself
+            else:
+                covered = max(cached, min(common * self.block_tokens, prompt_tokens))
+                if dep.state == DEFERRED:
+                    extra_backlog = dep.nbytes  # promoted ahead of this request's own KV
+        return covered, dep, carries, extra_backlog
 
     def hashes_of(self, rid: str) -> list[int]:
         """The prompt blocks of ``rid``'s registered transfer (empty when none)."""

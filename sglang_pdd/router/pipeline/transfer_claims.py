@@ -26,10 +26,10 @@ def try_claim(run, main_rid: str, *, learn: bool):
     """Register this request's transfer to MD unless a transfer carrying part of its prompt
     is on the link: ``(transfer, None)`` or ``(None, what to wait for)``. Synchronous, so
     no other request can slip in between the check and the registration."""
-    ids = run.body["input_ids"]
-    mp = run.router.main_plan(run.site, ids, _hashes(run))
-    dep = mp.dependency
-    if dep is not None and mp.carries_dependency and dep.state == DEFERRED:
+    ids, hashes = run.body["input_ids"], _hashes(run)
+    cached = run.site.cached_tokens(ids, hashes)
+    _, dep, carries, _ = run.site.transfers.plan(hashes, cached, len(ids))  # as main_plan
+    if dep is not None and carries and dep.state == DEFERRED:
         run.site.transfers.drop(dep)  # this request's KV carries the warm's prompt too
         run.record.reason += f"; carries the deferred warm of {dep.rid}"
         dep = None

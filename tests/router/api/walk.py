@@ -1,14 +1,18 @@
 """The router's files one OpenAI chat request walks through, recorded from the running code:
-``python -m tests.router.api.walk`` (``--whole`` for an answer that is not streamed, ``--n 2``
-for two choices) prints them, in the order they are entered.
+``python -m tests.router.api.walk`` (``--route p-rld|p-md|p-rld-md``, ``--whole`` for an answer
+that is not streamed, ``--n 2`` for two choices) prints them, in the order they are entered.
 
 The request goes in-process through the router's aiohttp app (``build_app``) to fake instances:
-one aiohttp server in the same loop answers P's ``/generate`` with JSON and streams
-Relay-Decode's as SGLang does (``data: {"output_ids", "meta_info"}`` chunks, then ``[DONE]``; 16
-ids, enough for the router to note RLD's pace). The route is P-RLD (the anomaly filter on every
-request: no Main-Decode control socket is needed), the router's tokenizer and chat template a
-tiny model's (``testbed/tiny_model.py``). A first request warms the router up (SGLang's
-serving-chat code, imports); the second is traced.
+one aiohttp server in the same loop answers P's ``/generate`` with JSON and streams Relay-Decode's
+and Main-Decode's as SGLang does (``data: {"output_ids", "meta_info"}`` chunks, then ``[DONE]``;
+16 ids, enough for the router to note a pace), and a ZeroMQ ROUTER socket is Main-Decode's
+control socket, answering as ``main_decode/parked.py`` does: ``Ready`` to the watching router
+when the KV "landed", ``Extended`` for a final ``Handoff``. The route is forced through the
+pipeline policy's options: P-RLD by the anomaly filter on every request, P-MD with relaying off
+(``--no-relay``), P-RLD-MD by a 0 s TTFT objective (One-Shot, the default handoff mode: RLD
+streams a few ids, MD reports ready, the router hands off every id and follows MD's stream).
+The router's tokenizer and chat template are a tiny model's (``testbed/tiny_model.py``). A first
+request warms the router up (SGLang's serving-chat code, imports); the second is traced.
 
 How the trace reads the code (``sys.setprofile``; Python frames of ``sglang_pdd/router/`` only:
 every other frame, the standard library's, aiohttp's, SGLang's or the libraries the router
@@ -27,14 +31,19 @@ is looked through):
   file on the walk counts as entering it again. Helpers are listed apart, not counted.
 * the **walk** is the files the other steps enter, in order, starting with the file aiohttp
   calls. A file entered by two steps is entered twice.
+* the router's own loops, running before the request came (the control socket's event reader,
+  which puts Main-Decode's events on the queue the request's watch returned), are not the
+  request's walk: listed apart, not counted.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,6 +62,7 @@ class _Step:
     callee: str
     functions: list[str]  # those it entered B at, in order
     leaf: bool = True
+    router_wide: bool = False  # in one of the router's own loops, not the request's
 
 
 @dataclass
@@ -64,8 +74,9 @@ class Walk:
     def counted(self) -> list[_Step]:
         """The steps of the walk: all but the helpers (leaf steps into files no other step
         enters)."""
-        walked = {s.callee for s in self.steps if not s.leaf or s.caller is None}
-        return [s for s in self.steps if s.callee in walked]
+        steps = [s for s in self.steps if not s.router_wide]
+        walked = {s.callee for s in steps if not s.leaf or s.caller is None}
+        return [s for s in steps if s.callee in walked]
 
     def files(self) -> list[str]:
         """The files entered, in order (a file twice: entered by two steps)."""
@@ -88,15 +99,25 @@ class Walk:
         twice = ", ".join(self.twice()) or "none"
         lines.append(f"{len(counted)} files entered; entered twice: {twice}")
         helpers = sorted(
-            {f"{s.callee} {f}" for s in self.steps if s not in counted for f in s.functions}
+            {
+                f"{s.callee} {f}"
+                for s in self.steps
+                if s not in counted and not s.router_wide
+                for f in s.functions
+            }
         )
         lines.append("helpers (leaf steps, not counted): " + "; ".join(helpers))
+        loops = [f"{s.callee} {', '.join(s.functions)}" for s in self.steps if s.router_wide]
+        if loops:
+            lines.append("the router's own loops (not counted): " + "; ".join(loops))
         return "\n".join(lines)
 
 
 class _Tracer:
-    def __init__(self) -> None:
+    def __init__(self, loops=()) -> None:
+        """``loops``: the router's own tasks, running before the request came."""
         self.walk = Walk()
+        self._loops = set(loops)
         self._files: dict[str, str | None] = {}
         self._steps: dict[tuple, _Step] = {}
         self._frame_step: dict = {}  # frame -> the step it runs in (None: a root)
@@ -128,9 +149,10 @@ class _Tracer:
         if outer is not None and outer.callee == callee:
             self._frame_step[frame] = outer
             return
-        key = (outer, callee)
+        router_wide = outer.router_wide if outer is not None else self._in_loop()
+        key = (outer, callee, router_wide)
         if (step := self._steps.get(key)) is None:
-            step = _Step(outer, callee, [])
+            step = _Step(outer, callee, [], router_wide=router_wide)
             self._steps[key] = step
             self.walk.steps.append(step)
         if frame.f_code.co_qualname not in step.functions:
@@ -138,6 +160,12 @@ class _Tracer:
         if outer is not None:
             outer.leaf = False
         self._frame_step[frame] = step
+
+    def _in_loop(self) -> bool:
+        try:
+            return asyncio.current_task() in self._loops
+        except RuntimeError:
+            return False
 
     def _task_spawner(self):
         try:
@@ -200,22 +228,88 @@ class _Tracer:
         return schedule
 
 
-def _upstream_app(output_ids: list[int]):
-    """P and Relay-Decode under one fake server (``/p``, ``/r``; ``/m`` only aborts)."""
+ROUTES = ("p-rld", "p-md", "p-rld-md")
+RELAY_IDS_BEFORE_READY = 4  # P-RLD-MD: RLD's ids before MD reports the KV landed
+RELAY_ITL_S = 0.05  # ... and RLD's pace: the 12 ids left take longer than a handoff
+
+
+class _FakeMain:
+    """Main-Decode's control socket as the real one answers (``main_decode/parked.py``): a
+    ZeroMQ ROUTER taking ``Watch``, ``Handoff`` and ``Release``, and sending the watching
+    router ``Ready`` when a request's KV "landed" (its ``/generate`` came, and for a relayed
+    request RLD has streamed a few ids), ``Extended`` once a final handoff was taken."""
+
+    def __init__(self) -> None:
+        import zmq
+        import zmq.asyncio
+
+        self.socket = zmq.asyncio.Context.instance().socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        port = self.socket.bind_to_random_port("tcp://127.0.0.1")
+        self.address = f"tcp://127.0.0.1:{port}"
+        self.watchers: dict[str, bytes] = {}
+        self.handoffs: dict[str, asyncio.Future] = {}
+        self.reader: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self.reader = asyncio.get_running_loop().create_task(self._read())
+
+    async def _read(self) -> None:
+        from sglang_pdd.wire import codec
+        from sglang_pdd.wire.messages import Handoff, Watch
+
+        while True:
+            identity, payload = await self.socket.recv_multipart()
+            message = codec.decode_control(payload)
+            if isinstance(message, Watch):
+                self.watchers[message.rid] = identity
+            elif isinstance(message, Handoff) and message.final:
+                self.handoff(message.rid).set_result(message.token_ids)
+
+    def handoff(self, rid: str) -> asyncio.Future:
+        return self.handoffs.setdefault(rid, asyncio.get_running_loop().create_future())
+
+    async def send(self, event) -> None:
+        from sglang_pdd.wire import codec
+
+        await self.socket.send_multipart([self.watchers[event.rid], codec.encode(event)])
+
+    async def close(self) -> None:
+        if self.reader is not None:
+            self.reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.reader
+        self.socket.close()
+
+
+def _upstream_app(output_ids: list[int], main: _FakeMain):
+    """P, Relay-Decode and Main-Decode under one fake server (``/p``, ``/r``, ``/m``)."""
     import json
 
     from aiohttp import web
+
+    from sglang_pdd.wire.messages import Extended, Ready
+    from sglang_pdd.wire.rids import is_relayed
+
+    relayed: dict[str, asyncio.Event] = {}  # router rid -> RLD has streamed a few ids
+    aborted: dict[str, asyncio.Event] = {}  # rid -> the router aborted it
+
+    def base(rid: str) -> str:
+        return rid.rsplit(".", 1)[0]
 
     async def prefill(request):
         await request.json()
         return web.json_response({"text": "", "meta_info": {"id": "p", "finish_reason": None}})
 
-    async def relay(request):
-        body = await request.json()
+    async def stream(request, body, first: int, wait=None):
+        """SGLang's SSE answer: ``output_ids`` up to each n from ``first`` (``wait(n)`` before
+        each chunk), then ``[DONE]``."""
         prompt = len(body["input_ids"])
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        for n in range(1, len(output_ids) + 1):
+        for n in range(first, len(output_ids) + 1):
+            if wait is not None and not await wait(n):
+                return resp
             last = n == len(output_ids)
             meta = {
                 "id": body["rid"],
@@ -229,30 +323,74 @@ def _upstream_app(output_ids: list[int]):
         await resp.write(b"data: [DONE]\n\n")
         return resp
 
-    async def aborted(request):
+    async def relay(request):
+        body = await request.json()
+        rid = body["rid"]
+        handed_off = relayed.setdefault(base(rid), asyncio.Event())
+        stop = aborted.setdefault(rid, asyncio.Event())
+
+        async def paced(n: int) -> bool:
+            """P-RLD-MD: an id each ``RELAY_ITL_S`` (a tail worth handing off), MD's KV
+            landing after the first few, until the router aborts RLD at the handoff."""
+            if n > RELAY_IDS_BEFORE_READY:
+                handed_off.set()
+            if n > 1:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), RELAY_ITL_S)
+            return not stop.is_set()
+
+        parked = any(r.startswith(base(rid)) and is_relayed(r) for r in main.watchers)
+        return await stream(request, body, 1, paced if parked else None)
+
+    async def decode_main(request):
+        body = await request.json()
+        rid = body["rid"]
+        prompt = len(body["input_ids"])
+        landed = Ready(rid=rid, t=time.time(), prompt_tokens=prompt, received_tokens=prompt)
+        if not is_relayed(rid):  # P-MD: the KV landed, MD decodes on
+            await main.send(landed)
+            return await stream(request, body, 1)
+        # P-RLD-MD: parked once its KV lands (after RLD's first ids), silent until the final
+        # handoff, then extended over the handed-off ids and decoding past them.
+        await relayed.setdefault(base(rid), asyncio.Event()).wait()
+        await main.send(landed)
+        handed = await asyncio.wait_for(main.handoff(rid), 10)
+        await main.send(Extended(rid=rid, tokens=len(handed), final=True, t=time.time()))
+        return await stream(request, body, len(handed) + 1)
+
+    async def abort(request):
+        rid = (await request.json())["rid"]
+        aborted.setdefault(rid, asyncio.Event()).set()
         return web.json_response({})
 
     app = web.Application()
     app.router.add_post("/p/generate", prefill)
     app.router.add_post("/r/generate", relay)
+    app.router.add_post("/m/generate", decode_main)
     for where in ("p", "r", "m"):
-        app.router.add_post(f"/{where}/abort_request", aborted)
+        app.router.add_post(f"/{where}/abort_request", abort)
     return app
 
 
-def _state(base: str, model_path: str):
+def _state(base: str, model_path: str, route: str, control: str):
     from sglang_pdd.policy import PipelinePolicyConfig
     from sglang_pdd.router.config import MainEndpoint, RouterConfig
     from sglang_pdd.router.model_files import load_tokenizer, model_vocab_size
     from sglang_pdd.router.state import RouterState
 
-    pipeline = PipelinePolicyConfig(
-        ttft_slo_s=0, enable_anomaly_filter=True, anomaly_min_input_tokens=1
-    )
+    pipeline = {
+        # The anomaly filter takes every prompt (one token is "long"; 16 ids are "short").
+        "p-rld": PipelinePolicyConfig(
+            ttft_slo_s=0, enable_anomaly_filter=True, anomaly_min_input_tokens=1
+        ),
+        "p-md": PipelinePolicyConfig(enable_relay=False),  # plain cross-datacenter PD
+        # Relay every request (a 0 s TTFT objective), One-Shot (the default handoff mode).
+        "p-rld-md": PipelinePolicyConfig(ttft_slo_s=0, enable_anomaly_filter=False),
+    }[route]
     config = RouterConfig(
         prefill=(f"{base}/p",),
         relay=(f"{base}/r",),
-        main=(MainEndpoint(f"{base}/m", "tcp://127.0.0.1:1"),),
+        main=(MainEndpoint(f"{base}/m", control),),
         pipeline=pipeline,
         kv_bytes_per_token=256,
     )
@@ -266,16 +404,20 @@ def _state(base: str, model_path: str):
     return state
 
 
-async def _walk(model_path: str, stream: bool, n: int) -> tuple[Walk, list[bytes]]:
+async def _walk(model_path: str, stream: bool, n: int, route: str) -> tuple[Walk, list[bytes]]:
     import aiohttp
     from aiohttp.test_utils import TestServer
 
     from sglang_pdd.router.api.app import build_app
 
-    upstream = TestServer(_upstream_app(list(range(40, 56))))
+    main = _FakeMain()
+    main.start()
+    upstream = TestServer(_upstream_app(list(range(40, 56)), main))
     await upstream.start_server()
-    state = _state(str(upstream.make_url("")).rstrip("/"), model_path)
+    state = _state(str(upstream.make_url("")).rstrip("/"), model_path, route, main.address)
     state.session = aiohttp.ClientSession()
+    for site in state.mains.values():
+        site.start()  # its control socket's event reader (RouterState.start's part here)
     app = build_app(state)
     app.on_startup.clear()
     app.on_cleanup.clear()
@@ -288,7 +430,12 @@ async def _walk(model_path: str, stream: bool, n: int) -> tuple[Walk, list[bytes
         "n": n,
     }
     answers = []
-    tracer = _Tracer()
+    # The control socket's reader and re-watcher: Main-Decode's events reach the request on the
+    # queue its watch returned.
+    loops = [
+        t for site in state.mains.values() for t in (site.control._reader, site.control._rewatcher)
+    ]
+    tracer = _Tracer(loops)
     async with aiohttp.ClientSession() as client:
         for traced in (False, True):
             if traced:
@@ -304,20 +451,27 @@ async def _walk(model_path: str, stream: bool, n: int) -> tuple[Walk, list[bytes
                 sys.setprofile(None)
                 sys.set_coroutine_origin_tracking_depth(0)
     await router.close()
+    for site in state.mains.values():
+        await site.close()
     await state.session.close()
     await upstream.close()
+    await main.close()
     return tracer.walk, answers
 
 
-def walk(model_path: str, stream: bool = True, n: int = 1) -> tuple[Walk, list[bytes]]:
-    """The traced walk of one chat request, and the two answers (the warm-up's, the traced)."""
-    return asyncio.run(_walk(model_path, stream, n))
+def walk(
+    model_path: str, stream: bool = True, n: int = 1, route: str = "p-rld"
+) -> tuple[Walk, list[bytes]]:
+    """The traced walk of one chat request on ``route`` (one of ``ROUTES``), and the two
+    answers (the warm-up's, the traced)."""
+    return asyncio.run(_walk(model_path, stream, n, route))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--whole", action="store_true", help="a chat that is not streamed")
     parser.add_argument("--n", type=int, default=1, help="choices")
+    parser.add_argument("--route", choices=ROUTES, default="p-rld", help="the pipeline forced")
     parser.add_argument("--model", help="a model directory (default: a tiny model, written)")
     args = parser.parse_args()
     model = args.model
@@ -325,7 +479,7 @@ def main() -> None:
         from sglang_pdd.testbed.tiny_model import TinyModelConfig, write_tiny_model
 
         model = str(write_tiny_model(Path(tempfile.mkdtemp()), TinyModelConfig(seed=0)))
-    traced, _ = walk(model, stream=not args.whole, n=args.n)
+    traced, _ = walk(model, stream=not args.whole, n=args.n, route=args.route)
     print(traced.render())
 
 
