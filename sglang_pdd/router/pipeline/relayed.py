@@ -52,9 +52,9 @@ class RelayedPipeline:
 
     def __init__(self, ctx: RelayedContext) -> None:
         self.ctx = ctx
-        self.recorder = RelayedRecorder(ctx.record, ctx.since, ctx.rid)
+        self.recorder = RelayedRecorder(ctx.record, ctx.t0, ctx.rid)
         self.core: HandoffCore | None = None  # made once both of P's sends are under way
-        self.control = ctx.router.control_for(ctx.main)
+        self.control = ctx.site.control  # RouterState.control_for(ctx.main)
         self.relay_rid, self.main_rid = ctx.ids.relay, ctx.ids.relayed
         self.room1, self.room2 = random.getrandbits(63), random.getrandbits(63)
         self.prefill1: asyncio.Task | None = None  # P's send to RLD

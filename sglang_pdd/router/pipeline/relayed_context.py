@@ -28,6 +28,7 @@ class RelayedContext(Protocol):
 
     router: RouterState
     rid: str  # the client's (in logs)
+    t0: float  # time.monotonic() when the router received the request
     ids: SubRids
     record: PddRecord
     body: dict  # the /generate body: input_ids, sampling_params, ...

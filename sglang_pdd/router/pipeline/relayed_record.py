@@ -9,7 +9,7 @@ effects of the loop's I/O.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import time
 
 from sglang_pdd.handoff.signals import (
     AbandonMain,
@@ -28,12 +28,13 @@ logger = logging.getLogger("sglang_pdd.router")
 
 
 class RelayedRecorder:
-    """Writes one relayed request's handoff facts into ``record`` (times from ``since()``,
-    seconds since the router received the request) and logs them under ``rid``."""
+    """Writes one relayed request's handoff facts into ``record`` (times in seconds since
+    ``t0``, the ``time.monotonic()`` the router received the request at) and logs them under
+    ``rid``."""
 
-    def __init__(self, record: PddRecord, since: Callable[[], float], rid: str) -> None:
+    def __init__(self, record: PddRecord, t0: float, rid: str) -> None:
         self.record = record
-        self.since = since
+        self.t0 = t0
         self.rid = rid
 
     def switch(self, overlap: bool) -> None:
@@ -49,14 +50,14 @@ class RelayedRecorder:
     def main_answered(self) -> None:
         """A chunk of MD's stream came (its first is its answer to the final handoff)."""
         if self.record.main_answer_s is None:
-            self.record.main_answer_s = self.since()
+            self.record.main_answer_s = time.monotonic() - self.t0
 
     def handoff(self, action: SendToMain) -> None:
         """A handoff is about to go to MD."""
         self.record.handoff_mode = action.mode
         self.record.handoff_chunks = action.chunks
         if action.final:
-            self.record.handoff_s = self.since()
+            self.record.handoff_s = time.monotonic() - self.t0
             self.record.handoff_tokens = len(action.token_ids)
 
     def followed_main(self, action: FollowMain) -> None:
