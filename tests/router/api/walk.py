@@ -272,6 +272,9 @@ class _FakeMain:
     async def send(self, event) -> None:
         from sglang_pdd.wire import codec
 
+        async with asyncio.timeout(10):  # the router's watch may still be on its way
+            while event.rid not in self.watchers:
+                await asyncio.sleep(0.001)
         await self.socket.send_multipart([self.watchers[event.rid], codec.encode(event)])
 
     async def close(self) -> None:
@@ -282,8 +285,9 @@ class _FakeMain:
         self.socket.close()
 
 
-def _upstream_app(output_ids: list[int], main: _FakeMain):
-    """P, Relay-Decode and Main-Decode under one fake server (``/p``, ``/r``, ``/m``)."""
+def _upstream_app(output_ids: list[int], main: _FakeMain, relayed_md: bool):
+    """P, Relay-Decode and Main-Decode under one fake server (``/p``, ``/r``, ``/m``);
+    ``relayed_md``: P-RLD-MD (RLD paced, until the handoff)."""
     import json
 
     from aiohttp import web
@@ -339,8 +343,7 @@ def _upstream_app(output_ids: list[int], main: _FakeMain):
                     await asyncio.wait_for(stop.wait(), RELAY_ITL_S)
             return not stop.is_set()
 
-        parked = any(r.startswith(base(rid)) and is_relayed(r) for r in main.watchers)
-        return await stream(request, body, 1, paced if parked else None)
+        return await stream(request, body, 1, paced if relayed_md else None)
 
     async def decode_main(request):
         body = await request.json()
@@ -412,7 +415,7 @@ async def _walk(model_path: str, stream: bool, n: int, route: str) -> tuple[Walk
 
     main = _FakeMain()
     main.start()
-    upstream = TestServer(_upstream_app(list(range(40, 56)), main))
+    upstream = TestServer(_upstream_app(list(range(40, 56)), main, route == "p-rld-md"))
     await upstream.start_server()
     state = _state(str(upstream.make_url("")).rstrip("/"), model_path, route, main.address)
     state.session = aiohttp.ClientSession()
